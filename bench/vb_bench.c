@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vb_bench — verbus benchmark driver. One binary, subcommands:
+ *   smoke [--device NAME]   raw-verbs RC exchange on the device (chain check)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <verbus/verbus.h>
+
+#include "bench/smoke.h"
+
+static int usage(FILE *f)
+{
+	fprintf(f, "usage: vb_bench <subcommand> [options]\n"
+		   "  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
+		   "environment: VERBUS_DEVICE (default device)\n");
+	return f == stderr ? 2 : 0;
+}
+
+static int cmd_smoke(int argc, char **argv)
+{
+	const char *dev = getenv("VERBUS_DEVICE");
+	struct vb_smoke_result r;
+	int rc;
+
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--device") && i + 1 < argc)
+			dev = argv[++i];
+		else
+			return usage(stderr);
+	}
+	rc = vb_smoke_rc(dev, stdout, &r, NULL, NULL);
+	if (rc) {
+		fprintf(stderr, "vb_bench smoke: %s: %s\n", vb_strerror(rc), vb_errmsg());
+		return 1;
+	}
+	printf("vb_bench smoke: OK on %s (verbus %s)\n", r.device, vb_version());
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(stderr);
+	if (!strcmp(argv[1], "smoke"))
+		return cmd_smoke(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
+		return usage(stdout);
+	fprintf(stderr, "vb_bench: unknown subcommand '%s'\n", argv[1]);
+	return usage(stderr);
+}

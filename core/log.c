@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
+
+static void stderr_sink(int level, const char *func, int line, const char *msg, void *arg)
+{
+	(void)arg;
+	fprintf(stderr, "verbus %s %s:%d: %s\n", vbi_log_level_name(level), func, line, msg);
+}
+
+struct log_sink {
+	vbi_log_sink_fn fn;
+	void *arg;
+};
+
+static struct log_sink sink_default = { stderr_sink, NULL };
+static struct log_sink sink_user;
+static struct log_sink *_Atomic sink = &sink_default;
+static _Atomic int cur_level = -1;
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
+
+static void level_from_env(void)
+{
+	const char *e = getenv("VERBUS_LOG_LEVEL");
+	int lvl = VBI_LOG_WARN;
+
+	if (e) {
+		for (int i = 0; i <= VBI_LOG_TRACE; i++)
+			if (!strcasecmp(e, level_names[i]))
+				lvl = i;
+	}
+	int expect = -1;
+	__atomic_compare_exchange_n(&cur_level, &expect, lvl, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+const char *vbi_log_level_name(int level)
+{
+	if (level < 0 || level > VBI_LOG_TRACE)
+		return "?";
+	return level_names[level];
+}
+
+int vbi_log_level(void)
+{
+	int l = __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+
+	if (l < 0) {
+		pthread_once(&level_once, level_from_env);
+		l = __atomic_load_n(&cur_level, __ATOMIC_RELAXED);
+	}
+	return l;
+}
+
+void vbi_log_set_level(int level)
+{
+	__atomic_store_n(&cur_level, level, __ATOMIC_RELAXED);
+}
+
+void vbi_log_set_sink(vbi_log_sink_fn fn, void *arg)
+{
+	if (!fn) {
+		__atomic_store_n(&sink, &sink_default, __ATOMIC_RELEASE);
+		return;
+	}
+	/* One user sink at a time; readers see the old or the new one. */
+	sink_user.fn = fn;
+	sink_user.arg = arg;
+	__atomic_store_n(&sink, &sink_user, __ATOMIC_RELEASE);
+}
+
+void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	struct log_sink *s = __atomic_load_n(&sink, __ATOMIC_ACQUIRE);
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	s->fn(level, func, line, msg, s->arg);
+}

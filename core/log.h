@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Leveled logging with func:line. Levels below VBI_LOG_COMPILE_LEVEL compile
+ * to nothing; the runtime level comes from VERBUS_LOG_LEVEL (error, warn,
+ * info, debug, trace; default warn). The sink is pluggable (default: stderr).
+ * Never log on the hot path at a level that is on by default.
+ *
+ * Thread-safety: vbi_log_* may be called from any thread. vbi_log_set_sink()
+ * and vbi_log_set_level() may race with logging threads; a logging thread
+ * sees either the old or the new sink/level.
+ */
+#ifndef VERBUS_CORE_LOG_H
+#define VERBUS_CORE_LOG_H
+
+enum vbi_log_level {
+	VBI_LOG_ERROR = 0,
+	VBI_LOG_WARN = 1,
+	VBI_LOG_INFO = 2,
+	VBI_LOG_DEBUG = 3,
+	VBI_LOG_TRACE = 4,
+};
+
+#ifndef VBI_LOG_COMPILE_LEVEL
+#define VBI_LOG_COMPILE_LEVEL VBI_LOG_DEBUG
+#endif
+
+typedef void (*vbi_log_sink_fn)(int level, const char *func, int line, const char *msg, void *arg);
+
+void vbi_log_set_sink(vbi_log_sink_fn fn, void *arg);
+void vbi_log_set_level(int level);
+int vbi_log_level(void);
+const char *vbi_log_level_name(int level);
+void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#define vbi_log(lvl, ...)                                                         \
+	do {                                                                     \
+		if ((lvl) <= VBI_LOG_COMPILE_LEVEL && (lvl) <= vbi_log_level())  \
+			vbi_log_write((lvl), __func__, __LINE__, __VA_ARGS__);    \
+	} while (0)
+#define vbi_error(...) vbi_log(VBI_LOG_ERROR, __VA_ARGS__)
+#define vbi_warn(...)  vbi_log(VBI_LOG_WARN, __VA_ARGS__)
+#define vbi_info(...)  vbi_log(VBI_LOG_INFO, __VA_ARGS__)
+#define vbi_debug(...) vbi_log(VBI_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers for tests that run against a real RDMA device (label rxe).
+ * With no device they exit 77 (ctest: skipped), unless VERBUS_IN_VM or
+ * VERBUS_REQUIRE_RDMA is set, where a missing device is a failure.
+ */
+#ifndef VERBUS_TESTS_RXE_ENV_H
+#define VERBUS_TESTS_RXE_ENV_H
+
+#include <sys/types.h>
+
+#define VBT_SKIP 77
+
+/* Device to use: $VERBUS_DEVICE, else "rxe0" when present, else the first.
+ * Exits 77 (skip) or 1 (required but absent) when there is none. */
+const char *vbt_require_device(void);
+
+/* How many `rdma res show @kind` entries (qp, cq, mr, pd) belong to @pid;
+ * negative when the rdma tool cannot be run or its output not read. */
+int vbt_res_count(const char *kind, pid_t pid);
+
+#endif
