@@ -23,15 +23,27 @@ int vbi_err_at(const char *func, int line, int rc, const char *fmt, ...)
 int vbi_err_prefix(int rc, const char *fmt, ...)
 {
 	char old[VBI_ERRMSG_MAX];
+	size_t n, olen;
 	va_list ap;
-	int n;
+	int w;
 
 	memcpy(old, vbi_errbuf, sizeof(old));
 	va_start(ap, fmt);
-	n = vsnprintf(vbi_errbuf, sizeof(vbi_errbuf), fmt, ap);
+	w = vsnprintf(vbi_errbuf, sizeof(vbi_errbuf), fmt, ap);
 	va_end(ap);
-	if (n >= 0 && (size_t)n < sizeof(vbi_errbuf))
-		snprintf(vbi_errbuf + n, sizeof(vbi_errbuf) - (size_t)n, ": %s", old);
+	if (w < 0)
+		return rc;
+	/* Append ": <old>", truncating the old message to what still fits. */
+	n = strnlen(vbi_errbuf, sizeof(vbi_errbuf) - 1);
+	if (n + 3 >= sizeof(vbi_errbuf))
+		return rc;
+	vbi_errbuf[n++] = ':';
+	vbi_errbuf[n++] = ' ';
+	olen = strnlen(old, sizeof(old) - 1);
+	if (olen > sizeof(vbi_errbuf) - 1 - n)
+		olen = sizeof(vbi_errbuf) - 1 - n;
+	memcpy(vbi_errbuf + n, old, olen);
+	vbi_errbuf[n + olen] = '\0';
 	return rc;
 }
 

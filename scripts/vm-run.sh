@@ -11,7 +11,7 @@
 # current directory. The guest's output is printed; the exit status is CMD's.
 # Exit 124: CMD timed out. Exit 125: the VM itself failed (no boot, crash).
 # --vm forces the VM even when the host has a device.
-# Environment: VERBUS_VM_MEM (MiB, default 4096), VERBUS_VM_SMP (default 2),
+# Environment: VERBUS_VM_MEM (MiB, default 2048), VERBUS_VM_SMP (default 2),
 # VERBUS_VM_CACHE (initramfs cache dir, default /var/cache/verbus).
 # Variables named VERBUS_*, ASAN_*, UBSAN_*, TSAN_*, LSAN_*, CTEST_* are
 # passed into the guest.
@@ -98,7 +98,7 @@ env | grep -E '^(VERBUS_|ASAN_|UBSAN_|TSAN_|LSAN_|CTEST_)' | while IFS='=' read 
   printf 'export %s=%q\n' "$k" "$v"
 done > "$run/env" || true
 
-mem=${VERBUS_VM_MEM:-4096}
+mem=${VERBUS_VM_MEM:-2048}
 smp=${VERBUS_VM_SMP:-2}
 log "booting $kv under qemu (TCG, ${smp} vCPU, ${mem} MiB); command timeout ${cmd_timeout}s"
 
