@@ -9,7 +9,13 @@ run=""
 for w in $(cat /proc/cmdline); do
   case "$w" in verbus.run=*) run=${w#verbus.run=} ;; esac
 done
-off() { sync; echo o > /proc/sysrq-trigger; sleep 10; }
+# Power off synchronously (reboot(2) via busybox): after a sysrq power-off
+# request this shell would keep running while 9p goes away under it.
+off() {
+  sync
+  [ -x /bin/busybox ] && exec /bin/busybox poweroff -f
+  echo o > /proc/sysrq-trigger; sleep 10
+}
 [ -n "$run" ] && [ -d "$run" ] || { echo "guest: no run directory"; off; }
 touch "$run/booted"
 
