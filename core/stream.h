@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Stream logic shared by every transport: the publisher's retransmit window,
+ * the subscriber's per-stream sequence tracking (duplicates, gaps,
+ * late join, new publisher session), fragment reassembly, and the k-of-n
+ * quorum used for acknowledged writes. Pure bookkeeping: no I/O, no
+ * allocation except through caller-supplied callbacks.
+ *
+ * Sequence numbers are per (publisher session, topic), start at 1 and never
+ * wrap in practice (64 bits). A path failover bumps the epoch but the
+ * sequence continues, so a receiver drops retransmitted duplicates by seq.
+ *
+ * Thread-safety: none inside. Each object is owned by one thread at a time
+ * (the connection's progress context, or a caller-held lock); the functions
+ * may run concurrently on different objects.
+ */
+#ifndef VERBUS_CORE_STREAM_H
+#define VERBUS_CORE_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/wire.h"
+
+/* ---- publisher: retransmit window -------------------------------------- */
+
+struct vbi_txent {
+	uint64_t seq;
+	void *ctx;    /* caller's reference (e.g. the pool buffer holding the frame) */
+	uint32_t len;
+};
+
+struct vbi_txwin {
+	struct vbi_txent *ring;
+	uint32_t cap;       /* power of two */
+	uint64_t acked;     /* highest cumulatively acknowledged seq */
+	uint64_t next_seq;  /* seq the next push gets */
+};
+
+/* Ring of @cap entries (rounded up to a power of two, >= 2); the first
+ * message gets seq @first_seq (>= 1). 0, -EINVAL, or -ENOMEM. */
+int vbi_txwin_init(struct vbi_txwin *w, uint32_t cap, uint64_t first_seq);
+void vbi_txwin_fini(struct vbi_txwin *w);
+
+/* Messages sent and not yet acknowledged. */
+static inline uint32_t vbi_txwin_inflight(const struct vbi_txwin *w)
+{
+	return (uint32_t)(w->next_seq - 1 - w->acked);
+}
+
+/* Append a message: 0 and *@seq, or -EAGAIN when the window is full
+ * (back-pressure: nothing is dropped; retry after acks arrive). */
+int vbi_txwin_push(struct vbi_txwin *w, void *ctx, uint32_t len, uint64_t *seq);
+
+/* The unacknowledged entry for @seq, or NULL (acked already or never sent). */
+const struct vbi_txent *vbi_txwin_get(const struct vbi_txwin *w, uint64_t seq);
+
+typedef void (*vbi_txwin_release_fn)(void *ctx, uint64_t seq, void *arg);
+
+/*
+ * Cumulative ack up to and including @seq: @release is called once per
+ * newly acknowledged entry, oldest first. Returns how many were released
+ * (0 for an old/duplicate ack), or -EPROTO when @seq acknowledges a message
+ * never sent (a misbehaving peer: the caller counts it, nothing changes).
+ */
+int vbi_txwin_ack(struct vbi_txwin *w, uint64_t seq, vbi_txwin_release_fn release, void *arg);
+
+/* Release every entry (teardown); returns how many. */
+int vbi_txwin_drain(struct vbi_txwin *w, vbi_txwin_release_fn release, void *arg);
+
+/* ---- k-of-n acknowledgement -------------------------------------------- */
+
+/*
+ * Given each of @n receivers' cumulative acks, the highest seq that at least
+ * @k of them have acknowledged (0 when none). -EINVAL unless 1 <= k <= n.
+ */
+int vbi_quorum_seq(const uint64_t *acked, unsigned n, unsigned k, uint64_t *out);
+
+/* ---- subscriber: per-stream sequence tracking -------------------------- */
+
+enum vbi_rx_mode {
+	VBI_RX_ORDERED, /* reliable below: a gap means "hold and ask again" */
+	VBI_RX_FANOUT,  /* unreliable below: a gap is reported and skipped */
+};
+
+enum vbi_rx_verdict {
+	VBI_RX_DELIVER,   /* next in order: deliver */
+	VBI_RX_GAP,       /* FANOUT: *lost messages never came; deliver this one */
+	VBI_RX_DUPLICATE, /* already delivered: drop */
+	VBI_RX_AHEAD,     /* ORDERED: beyond the next expected; *lost are missing */
+};
+
+struct vbi_rx_stats {
+	uint64_t delivered, duplicates, gap_events, lost, ahead, sessions;
+};
+
+struct vbi_rxstream {
+	enum vbi_rx_mode mode;
+	bool started;
+	uint32_t session;
+	uint32_t epoch;     /* highest epoch seen in this session */
+	uint64_t next;      /* next expected seq */
+	struct vbi_rx_stats st;
+};
+
+void vbi_rx_init(struct vbi_rxstream *s, enum vbi_rx_mode mode);
+
+/*
+ * Classify message @seq of publisher session @session (epoch @epoch) and
+ * advance the stream. A stream that has not started, or a new session,
+ * starts at @seq: a late joiner begins with the next message it sees and
+ * reports no gap for what came before it. *@lost (may be NULL) receives the
+ * number of missing messages for GAP/AHEAD. AHEAD leaves the stream as is.
+ */
+enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint32_t epoch,
+				  uint64_t seq, uint64_t *lost);
+
+/* Would @seq be a duplicate? (no state change; lets a receiver skip
+ * reassembling a retransmitted fragmented message) */
+bool vbi_rx_is_duplicate(const struct vbi_rxstream *s, uint32_t session, uint64_t seq);
+
+/* ---- fragment reassembly ------------------------------------------------ */
+
+typedef void *(*vbi_reasm_alloc_fn)(size_t len, void *arg);
+typedef void (*vbi_reasm_free_fn)(void *buf, void *arg);
+
+struct vbi_reasm {
+	bool active;
+	uint32_t session;
+	uint64_t seq;
+	uint32_t msg_len, got;
+	uint8_t *buf;
+	vbi_reasm_alloc_fn alloc;
+	vbi_reasm_free_fn free;
+	void *arg;
+	uint64_t completed, abandoned, stray; /* counters */
+};
+
+void vbi_reasm_init(struct vbi_reasm *r, vbi_reasm_alloc_fn alloc, vbi_reasm_free_fn free,
+		    void *arg);
+void vbi_reasm_fini(struct vbi_reasm *r);
+
+/*
+ * Feed one validated DATA fragment (not a whole FIRST|LAST message; those
+ * need no reassembly). Returns 1 when the message is complete: *@msg gets
+ * the buffer (msg_len bytes, the caller owns it and frees it with the free
+ * callback); 0 when more fragments are needed; -EAGAIN when the alloc
+ * callback refused (fragment dropped, nothing held); -EPROTO for a fragment
+ * that does not continue the message being assembled (dropped and counted
+ * as stray; a partial message it interrupts is abandoned).
+ */
+int vbi_reasm_push(struct vbi_reasm *r, const struct vbi_wire_hdr *h, const void *payload,
+		   void **msg);
+
+#endif

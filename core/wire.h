@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbus wire format, version 1 (documented in docs/wire.md).
+ *
+ * A SEND (RC/UC) or datagram (UD) carries one or more frames back to back;
+ * each frame is a 40-byte little-endian header followed by `len` payload
+ * bytes, padded to a multiple of 8. Every field read from the wire is
+ * validated by vbi_wire_parse() before anything trusts it.
+ *
+ * Thread-safety: all functions are pure (no shared state); any thread may
+ * call them concurrently on different buffers.
+ */
+#ifndef VERBUS_CORE_WIRE_H
+#define VERBUS_CORE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VBI_WIRE_MAGIC 0x5642u /* "BV" on the wire (little-endian "VB") */
+#define VBI_WIRE_VERSION 1u
+#define VBI_WIRE_HDR_LEN 40u
+#define VBI_WIRE_ALIGN 8u
+/* Hard upper bound on a message a peer may announce (msg_len). */
+#define VBI_WIRE_MAX_MSG (64u << 20)
+
+enum vbi_wire_type {
+	VBI_WT_DATA = 1,      /* payload (a whole message or one fragment) */
+	VBI_WT_ACK = 2,       /* seq = cumulative ack; frag_off = credits granted */
+	VBI_WT_NAK = 3,       /* seq = first missing; msg_len = how many missing */
+	VBI_WT_HELLO = 4,     /* session/epoch announcement; payload = attributes */
+	VBI_WT_HEARTBEAT = 5, /* seq = last sent (lets receivers see tail loss) */
+	VBI_WT__MAX = 5,
+};
+
+enum vbi_wire_flags {
+	VBI_WF_FIRST = 1 << 0,   /* first fragment (or whole message) */
+	VBI_WF_LAST = 1 << 1,    /* last fragment (or whole message) */
+	VBI_WF_ACK_REQ = 1 << 2, /* publisher asks for a delivery ack */
+	VBI_WF_RETRANS = 1 << 3, /* a retransmission (after failover or NAK) */
+	VBI_WF__ALL = 0xf,
+};
+
+/* Host-order view of a frame header. */
+struct vbi_wire_hdr {
+	uint8_t type;
+	uint16_t flags;
+	uint32_t session; /* publisher instance id; a new one starts a new stream */
+	uint32_t topic;
+	uint32_t epoch;   /* path epoch: bumps on failover; seq continues */
+	uint32_t len;     /* payload bytes in this frame */
+	uint64_t seq;     /* per (session, topic) message sequence, from 1 */
+	uint32_t frag_off;
+	uint32_t msg_len; /* whole message length */
+};
+
+/* Why a frame was refused (index into per-reason drop counters). */
+enum vbi_wire_err {
+	VBI_WE_OK = 0,
+	VBI_WE_TRUNCATED,  /* fewer bytes than a header, or than header + len */
+	VBI_WE_MAGIC,
+	VBI_WE_VERSION,
+	VBI_WE_TYPE,
+	VBI_WE_FLAGS,      /* unknown flag bits or non-zero reserved field */
+	VBI_WE_OVERSIZED,  /* msg_len above the limit */
+	VBI_WE_FRAGMENT,   /* frag_off/len/msg_len/FIRST/LAST inconsistent */
+	VBI_WE__COUNT
+};
+
+const char *vbi_wire_err_name(enum vbi_wire_err e);
+
+/* Bytes a frame with @len payload bytes occupies (header + padded payload). */
+static inline size_t vbi_wire_frame_size(uint32_t len)
+{
+	return VBI_WIRE_HDR_LEN + (((size_t)len + VBI_WIRE_ALIGN - 1) & ~(size_t)(VBI_WIRE_ALIGN - 1));
+}
+
+/* Encode @h into the first VBI_WIRE_HDR_LEN bytes of @buf (payload not
+ * touched). @buf must have room for the header. */
+void vbi_wire_put(void *buf, const struct vbi_wire_hdr *h);
+
+/*
+ * Parse and validate the frame at @buf with @avail bytes available (the rest
+ * of a received SEND). @max_msg bounds msg_len (0: VBI_WIRE_MAX_MSG).
+ * Returns the frame's size (>= VBI_WIRE_HDR_LEN; the next frame starts
+ * there) and fills @h; or a negative enum vbi_wire_err value (never trusts
+ * a field before checking it). The payload is at buf + VBI_WIRE_HDR_LEN.
+ * The final frame of a buffer may omit its padding.
+ */
+long vbi_wire_parse(const void *buf, size_t avail, uint32_t max_msg, struct vbi_wire_hdr *h);
+
+#endif

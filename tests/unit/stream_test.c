@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+/* Retransmit window, k-of-n quorum, subscriber sequence tracking, reassembly. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/stream.h"
+
+struct released {
+	uint64_t seqs[64];
+	int n;
+};
+
+static void on_release(void *ctx, uint64_t seq, void *arg)
+{
+	struct released *r = arg;
+
+	assert_int_equal((uintptr_t)ctx, seq * 10);
+	r->seqs[r->n++] = seq;
+}
+
+static void test_txwin_backpressure_and_ack(void **state)
+{
+	struct vbi_txwin w;
+	struct released r = { .n = 0 };
+	uint64_t seq;
+
+	assert_int_equal(vbi_txwin_init(&w, 3, 1), 0); /* rounds to 4 */
+	assert_int_equal(w.cap, 4);
+	for (uint64_t i = 1; i <= 4; i++) {
+		assert_int_equal(vbi_txwin_push(&w, (void *)(uintptr_t)(i * 10), 100, &seq), 0);
+		assert_int_equal(seq, i);
+	}
+	assert_int_equal(vbi_txwin_inflight(&w), 4);
+	assert_int_equal(vbi_txwin_push(&w, NULL, 1, &seq), -EAGAIN);
+	assert_non_null(vbi_txwin_get(&w, 3));
+	assert_int_equal(vbi_txwin_get(&w, 3)->len, 100);
+	assert_null(vbi_txwin_get(&w, 5));
+
+	assert_int_equal(vbi_txwin_ack(&w, 2, on_release, &r), 2);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(r.seqs[0], 1);
+	assert_int_equal(r.seqs[1], 2);
+	assert_null(vbi_txwin_get(&w, 2));
+	assert_int_equal(vbi_txwin_ack(&w, 2, on_release, &r), 0); /* duplicate ack */
+	assert_int_equal(vbi_txwin_ack(&w, 9, on_release, &r), -EPROTO); /* never sent */
+	assert_int_equal(vbi_txwin_inflight(&w), 2);
+
+	/* wraps around the ring */
+	assert_int_equal(vbi_txwin_push(&w, (void *)(uintptr_t)50, 1, &seq), 0);
+	assert_int_equal(vbi_txwin_push(&w, (void *)(uintptr_t)60, 1, &seq), 0);
+	assert_int_equal(seq, 6);
+	assert_int_equal(vbi_txwin_push(&w, NULL, 1, &seq), -EAGAIN);
+	assert_int_equal(vbi_txwin_get(&w, 5)->seq, 5);
+	assert_int_equal(vbi_txwin_drain(&w, on_release, &r), 4);
+	assert_int_equal(r.n, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(r.seqs[i], (uint64_t)i + 1);
+	vbi_txwin_fini(&w);
+
+	assert_int_equal(vbi_txwin_init(&w, 0, 1), -EINVAL);
+	assert_int_equal(vbi_txwin_init(&w, 8, 0), -EINVAL);
+}
+
+static void test_quorum(void **state)
+{
+	uint64_t acks[3] = { 10, 7, 12 }, q;
+
+	assert_int_equal(vbi_quorum_seq(acks, 3, 1, &q), 0);
+	assert_int_equal(q, 12);
+	assert_int_equal(vbi_quorum_seq(acks, 3, 2, &q), 0);
+	assert_int_equal(q, 10);
+	assert_int_equal(vbi_quorum_seq(acks, 3, 3, &q), 0);
+	assert_int_equal(q, 7);
+	uint64_t ties[4] = { 5, 5, 0, 0 };
+	assert_int_equal(vbi_quorum_seq(ties, 4, 2, &q), 0);
+	assert_int_equal(q, 5);
+	assert_int_equal(vbi_quorum_seq(ties, 4, 3, &q), 0);
+	assert_int_equal(q, 0);
+	assert_int_equal(vbi_quorum_seq(acks, 3, 0, &q), -EINVAL);
+	assert_int_equal(vbi_quorum_seq(acks, 3, 4, &q), -EINVAL);
+}
+
+static void test_rx_fanout_gaps_and_late_join(void **state)
+{
+	struct vbi_rxstream s;
+	uint64_t lost;
+
+	vbi_rx_init(&s, VBI_RX_FANOUT);
+	/* late joiner: starts at 100, no gap for 1..99 */
+	assert_int_equal(vbi_rx_accept(&s, 1, 0, 100, &lost), VBI_RX_DELIVER);
+	assert_int_equal(lost, 0);
+	assert_int_equal(vbi_rx_accept(&s, 1, 0, 101, &lost), VBI_RX_DELIVER);
+	assert_int_equal(vbi_rx_accept(&s, 1, 0, 105, &lost), VBI_RX_GAP);
+	assert_int_equal(lost, 3);
+	assert_int_equal(vbi_rx_accept(&s, 1, 0, 103, &lost), VBI_RX_DUPLICATE); /* late */
+	assert_int_equal(vbi_rx_accept(&s, 1, 0, 106, &lost), VBI_RX_DELIVER);
+	assert_int_equal(s.st.delivered, 4);
+	assert_int_equal(s.st.lost, 3);
+	assert_int_equal(s.st.gap_events, 1);
+	assert_int_equal(s.st.duplicates, 1);
+	/* new publisher session restarts the stream */
+	assert_int_equal(vbi_rx_accept(&s, 2, 0, 1, &lost), VBI_RX_DELIVER);
+	assert_int_equal(s.st.sessions, 2);
+	assert_true(vbi_rx_is_duplicate(&s, 2, 1));
+	assert_false(vbi_rx_is_duplicate(&s, 2, 2));
+	assert_false(vbi_rx_is_duplicate(&s, 1, 1));
+}
+
+static void test_rx_ordered_dedup_across_failover(void **state)
+{
+	struct vbi_rxstream s;
+	uint64_t lost;
+	uint64_t delivered = 0;
+
+	vbi_rx_init(&s, VBI_RX_ORDERED);
+	for (uint64_t q = 1; q <= 10; q++)
+		delivered += vbi_rx_accept(&s, 9, 1, q, NULL) == VBI_RX_DELIVER;
+	/* failover: epoch 2 retransmits 6..12 from the window */
+	for (uint64_t q = 6; q <= 12; q++) {
+		enum vbi_rx_verdict v = vbi_rx_accept(&s, 9, 2, q, NULL);
+
+		assert_int_equal(v, q <= 10 ? VBI_RX_DUPLICATE : VBI_RX_DELIVER);
+		delivered += v == VBI_RX_DELIVER;
+	}
+	assert_int_equal(delivered, 12);
+	assert_int_equal(s.epoch, 2);
+	assert_int_equal(s.st.duplicates, 5);
+	/* ahead: the stream does not move, the caller asks for 13..14 */
+	assert_int_equal(vbi_rx_accept(&s, 9, 2, 15, &lost), VBI_RX_AHEAD);
+	assert_int_equal(lost, 2);
+	assert_int_equal(s.next, 13);
+	assert_int_equal(vbi_rx_accept(&s, 9, 2, 13, &lost), VBI_RX_DELIVER);
+}
+
+static int allocs, frees;
+static void *t_alloc(size_t n, void *arg)
+{
+	if (arg && n > *(size_t *)arg)
+		return NULL;
+	allocs++;
+	return malloc(n);
+}
+static void t_free(void *p, void *arg)
+{
+	frees++;
+	free(p);
+}
+
+static struct vbi_wire_hdr frag(uint64_t seq, uint32_t off, uint32_t len, uint32_t total)
+{
+	struct vbi_wire_hdr h = { .type = VBI_WT_DATA, .session = 1, .seq = seq, .frag_off = off,
+				  .len = len, .msg_len = total };
+
+	if (!off)
+		h.flags |= VBI_WF_FIRST;
+	if (off + len == total)
+		h.flags |= VBI_WF_LAST;
+	return h;
+}
+
+static void test_reassembly(void **state)
+{
+	struct vbi_reasm r;
+	uint8_t src[1000];
+	void *msg;
+	struct vbi_wire_hdr h;
+
+	for (int i = 0; i < 1000; i++)
+		src[i] = (uint8_t)(i * 13);
+	allocs = frees = 0;
+	vbi_reasm_init(&r, t_alloc, t_free, NULL);
+	for (uint32_t off = 0; off < 1000; off += 300) {
+		uint32_t len = 1000 - off < 300 ? 1000 - off : 300;
+		int rc;
+
+		h = frag(5, off, len, 1000);
+		rc = vbi_reasm_push(&r, &h, src + off, &msg);
+		assert_int_equal(rc, off + len == 1000 ? 1 : 0);
+	}
+	assert_non_null(msg);
+	assert_memory_equal(msg, src, 1000);
+	t_free(msg, NULL);
+
+	/* a lost middle fragment: the rest is stray, the partial is released */
+	h = frag(6, 0, 300, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), 0);
+	h = frag(6, 600, 300, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), -EPROTO);
+	assert_false(r.active);
+	h = frag(6, 900, 100, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), -EPROTO);
+	/* a new FIRST while one is open abandons the old one */
+	h = frag(7, 0, 300, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), 0);
+	h = frag(8, 0, 300, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), 0);
+	assert_int_equal(r.abandoned, 2);
+	assert_int_equal(r.stray, 2);
+	assert_int_equal(r.completed, 1);
+	vbi_reasm_fini(&r);
+	assert_int_equal(allocs, frees);
+
+	/* allocation refused: -EAGAIN, nothing held */
+	size_t cap = 100;
+	vbi_reasm_init(&r, t_alloc, t_free, &cap);
+	h = frag(9, 0, 300, 1000);
+	assert_int_equal(vbi_reasm_push(&r, &h, src, &msg), -EAGAIN);
+	assert_false(r.active);
+	vbi_reasm_fini(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_txwin_backpressure_and_ack),
+		cmocka_unit_test(test_quorum),
+		cmocka_unit_test(test_rx_fanout_gaps_and_late_join),
+		cmocka_unit_test(test_rx_ordered_dedup_across_failover),
+		cmocka_unit_test(test_reassembly),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
