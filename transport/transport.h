@@ -426,8 +426,8 @@ struct vbt_ops {
 	 * and port) or attr->name, read its caps into dev->caps (probing
 	 * max_inline_data), and start its async-event thread. Blocks briefly.
 	 * 0; -ENODEV (no such device / address not on an RDMA device, message
-	 * lists what exists); -EBUSY (this device is already open in this
-	 * process: one handle per device); other negative errno. */
+	 * lists what exists); other negative errno. Each handle has its own
+	 * device context, so its events are about its own objects only. */
 	int (*dev_open)(const struct vbt_dev_attr *attr, struct vbt_dev **out);
 	/* Stop the event thread (waits for a running callback), free the
 	 * handle. All objects on the device must be destroyed first. Not from

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private objects of the verbs backend. Each embeds its core struct from
+ * transport/transport.h FIRST; container_of() converts back. Only
+ * the verbs backend sources include this.
+ */
+#ifndef VERBUS_TRANSPORT_VERBS_PRIV_H
+#define VERBUS_TRANSPORT_VERBS_PRIV_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/qp_fsm.h"
+#include "transport/transport.h"
+
+#ifndef container_of
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#endif
+
+struct vbv_dev {
+	struct vbt_dev core;
+	struct ibv_context *ctx; /* ours (ibv_open_device), closed at dev_close */
+	vbt_event_fn cb;
+	void *cb_arg;
+	pthread_t ev_thread;
+	int stop_fd;             /* eventfd that wakes the event thread */
+	uint64_t events;         /* async events seen (event thread only) */
+};
+
+struct vbv_pd {
+	struct vbt_pd core;
+	struct ibv_pd *pd;
+};
+
+struct vbv_mr {
+	struct vbt_mr core;
+	struct ibv_mr *mr;
+};
+
+struct vbv_cq {
+	struct vbt_cq core;
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch; /* NULL without blocking mode */
+};
+
+struct vbv_qp {
+	struct vbt_qp core;
+	struct ibv_qp *qp;
+	pthread_mutex_t lock;    /* serializes qp_modify/qp_query + the mirror */
+	struct vbi_qp_mirror mirror;
+};
+
+struct vbv_ah {
+	struct vbt_ah core;
+	struct ibv_ah *ah;
+};
+
+static inline struct vbv_dev *to_vdev(struct vbt_dev *d) { return container_of(d, struct vbv_dev, core); }
+static inline struct vbv_pd *to_vpd(struct vbt_pd *p) { return container_of(p, struct vbv_pd, core); }
+static inline struct vbv_mr *to_vmr(struct vbt_mr *m) { return container_of(m, struct vbv_mr, core); }
+static inline struct vbv_cq *to_vcq(struct vbt_cq *c) { return container_of(c, struct vbv_cq, core); }
+static inline struct vbv_qp *to_vqp(struct vbt_qp *q) { return container_of(q, struct vbv_qp, core); }
+static inline struct vbv_ah *to_vah(struct vbt_ah *a) { return container_of(a, struct vbv_ah, core); }
+
+/* verbs_cm.c: connection set-up ops. */
+int vbv_listen(struct vbt_dev *dev, enum vb_qp_type type, const struct sockaddr *addr,
+	       struct vbt_listener **out);
+void vbv_listener_close(struct vbt_listener *l);
+int vbv_accept(struct vbt_listener *l, struct vbt_qp *qp, const struct vbt_conn_param *p,
+	       struct vbt_conn **out);
+int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
+		const struct vbt_conn_param *p, struct vbt_conn **out);
+void vbv_conn_close(struct vbt_conn *c);
+
+/* verbs_cm.c: the device and port rdma_cm binds @ip to (for dev_open). */
+int vbv_resolve_local_ip(const char *ip, char *devname, size_t len, uint8_t *port);
+
+#endif
