@@ -164,11 +164,34 @@ uint32_t vbi_qp_fsm_required(enum vb_qp_type t, enum vb_qp_state from, enum vb_q
 	return fsm[from][to].req[t] | (from != to ? (uint32_t)VB_QP_STATE : 0);
 }
 
+/*
+ * uverbs' modify_qp() (drivers/infiniband/core/uverbs_cmd.c), the path every
+ * user-space ibv_modify_qp takes, adds IB_QP_PORT (= the AV's port) to a mask
+ * that carries IB_QP_AV without IB_QP_PORT unless the call goes to RTR: it
+ * assumes SQD->SQD, where a new primary AV implies the primary port. So the
+ * kernel judges such a mask as if PORT were in it. Returns the bit added.
+ */
+static uint32_t uverbs_implied(enum vb_qp_state to, uint32_t mask)
+{
+	if ((mask & VB_QP_AV) && !(mask & VB_QP_PORT) &&
+	    !((mask & VB_QP_STATE) && to == VB_QPS_RTR))
+		return VB_QP_PORT;
+	return 0;
+}
+
 uint32_t vbi_qp_fsm_optional(enum vb_qp_type t, enum vb_qp_state from, enum vb_qp_state to)
 {
+	uint32_t opt;
+
 	if (!vbi_qp_fsm_legal(t, from, to))
 		return 0;
-	return fsm[from][to].opt[t] | (from == to ? (uint32_t)VB_QP_STATE : 0);
+	opt = fsm[from][to].opt[t] | (from == to ? (uint32_t)VB_QP_STATE : 0);
+	/* The table lets UC change AV in SQD->SQD, but from user space AV
+	 * brings PORT along (uverbs_implied), which UC may not change there:
+	 * the kernel refuses every such call, so AV is not offered. */
+	if ((opt & VB_QP_AV) && !(opt & VB_QP_PORT))
+		opt &= ~(uint32_t)VB_QP_AV;
+	return opt;
 }
 
 static const char *const state_names[VB_QPS__COUNT] = {
@@ -300,7 +323,8 @@ int vbi_qp_fsm_check(enum vb_qp_type t, enum vb_qp_state from, enum vb_qp_state 
 		     uint32_t mask)
 {
 	char m[384], miss[384], unexp[384];
-	uint32_t req, opt, missing, unexpected;
+	uint32_t req, opt, missing, unexpected, implied;
+	const char *note = "";
 
 	if (!in_range(t, from, to))
 		return vbi_err(-EINVAL, "QP type %d, state %d -> %d: out of range", (int)t,
@@ -329,21 +353,29 @@ int vbi_qp_fsm_check(enum vb_qp_type t, enum vb_qp_state from, enum vb_qp_state 
 			       state_names[from], tg, m);
 	}
 	req = vbi_qp_fsm_required(t, from, to);
-	opt = vbi_qp_fsm_optional(t, from, to);
+	opt = fsm[from][to].opt[t] | (from == to ? (uint32_t)VB_QP_STATE : 0);
+	implied = uverbs_implied(to, mask);
 	missing = req & ~mask;
-	unexpected = mask & ~(req | opt);
+	unexpected = (mask | implied) & ~(req | opt);
 	if (!missing && !unexpected)
 		return 0;
+	if (unexpected & implied) {
+		/* name what the caller passed, and why it fails */
+		unexpected = (unexpected & ~implied) | VB_QP_AV;
+		note = " (user-space verbs add PORT to an AV change outside INIT->RTR, and "
+		       "PORT is not accepted here)";
+	}
 	vbi_qp_mask_str(missing, miss, sizeof(miss));
 	vbi_qp_mask_str(unexpected, unexp, sizeof(unexp));
 	if (missing && unexpected)
-		return vbi_err(-EINVAL, "%s QP %s->%s: missing %s; unexpected %s (mask %s)",
-			       type_names[t], state_names[from], state_names[to], miss, unexp, m);
+		return vbi_err(-EINVAL, "%s QP %s->%s: missing %s; unexpected %s%s (mask %s)",
+			       type_names[t], state_names[from], state_names[to], miss, unexp,
+			       note, m);
 	if (missing)
 		return vbi_err(-EINVAL, "%s QP %s->%s: missing %s (mask %s)", type_names[t],
 			       state_names[from], state_names[to], miss, m);
-	return vbi_err(-EINVAL, "%s QP %s->%s: unexpected %s (mask %s)", type_names[t],
-		       state_names[from], state_names[to], unexp, m);
+	return vbi_err(-EINVAL, "%s QP %s->%s: unexpected %s%s (mask %s)", type_names[t],
+		       state_names[from], state_names[to], unexp, note, m);
 }
 
 /* ---- mirror ------------------------------------------------------------ */

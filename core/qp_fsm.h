@@ -14,10 +14,19 @@
  *  - a mask without VB_QP_STATE is an attribute change in place: the kernel
  *    checks it against the row from -> from (so RTR and SQE, which have no
  *    self row, accept no in-place change at all).
+ *  - user-space calls pass through uverbs' modify_qp() (uverbs_cmd.c),
+ *    which adds PORT to a mask with AV but no PORT unless the call goes to
+ *    RTR; the kernel then judges AV|PORT. In effect UC cannot change its AV
+ *    in SQD -> SQD (its row allows AV but not PORT): vbi_qp_fsm_check()
+ *    refuses it and vbi_qp_fsm_optional() does not offer AV there.
  * VB_QP_EN_SQD_ASYNC_NOTIFY is only meaningful, hence only accepted, on
  * RTS -> SQD. RESET -> ERR is NOT legal (the kernel's RESET row has only
  * RESET and INIT); every other state may go to RESET or ERR with STATE
  * alone.
+ *
+ * Not modelled (attribute VALUES, device specific): e.g. the kernel refuses
+ * ALT_PATH on RoCE ports (_ib_modify_qp: no APM on RoCE) although the mask
+ * allows it; rxe also refuses SQD -> X (X != ERR) while the SQ still drains.
  *
  * Conventions of this API (as in ibv_modify_qp(3)): vbi_qp_fsm_required()
  * includes VB_QP_STATE for a change of state; for from == to, STATE is

@@ -157,6 +157,10 @@ static const struct row rows[] = {
 		  VB_QP_MAX_QP_RD_ATOMIC | VB_QP_MAX_DEST_RD_ATOMIC | VB_QP_ALT_PATH |
 		  VB_QP_ACCESS_FLAGS | VB_QP_PKEY_INDEX | VB_QP_MIN_RNR_TIMER |
 		  VB_QP_PATH_MIG_STATE },
+	/* the kernel table also lists AV, but uverbs turns AV into AV|PORT
+	 * and PORT is not accepted here, so user space can never use it */
+	{ VB_QPT_UC, VB_QPS_SQD, VB_QPS_SQD, 0,
+	  S | VB_QP_ALT_PATH | VB_QP_ACCESS_FLAGS | VB_QP_PKEY_INDEX | VB_QP_PATH_MIG_STATE },
 	{ VB_QPT_UC, VB_QPS_SQE, VB_QPS_RTS, S, VB_QP_CUR_STATE | VB_QP_ACCESS_FLAGS },
 	{ VB_QPT_UD, VB_QPS_SQE, VB_QPS_RTS, S, VB_QP_CUR_STATE | VB_QP_QKEY },
 	{ VB_QPT_RC, VB_QPS_SQE, VB_QPS_RTS, S, 0 },
@@ -361,6 +365,18 @@ static void test_cur_state_and_in_place(void **state)
 	assert_int_equal(vbi_qp_fsm_check(VB_QPT_UD, VB_QPS_RTR, VB_QPS_RTS, VB_QP_SQ_PSN),
 			 -EINVAL);
 	assert_non_null(strstr(vbi_errmsg(), "UD QP RTR->RTS: mask SQ_PSN lacks STATE"));
+
+	/* uverbs adds PORT to AV outside INIT->RTR: fine for RC in SQD->SQD
+	 * (PORT optional there), never for UC */
+	assert_int_equal(vbi_qp_fsm_check(VB_QPT_RC, VB_QPS_SQD, VB_QPS_SQD, VB_QP_AV), 0);
+	assert_int_equal(vbi_qp_fsm_check(VB_QPT_RC, VB_QPS_SQD, VB_QPS_SQD, S | VB_QP_AV), 0);
+	assert_int_equal(vbi_qp_fsm_check(VB_QPT_UC, VB_QPS_SQD, VB_QPS_SQD, VB_QP_AV), -EINVAL);
+	assert_non_null(strstr(vbi_errmsg(), "UC QP SQD->SQD: unexpected AV (user-space verbs "
+					     "add PORT"));
+	assert_int_equal(vbi_qp_fsm_check(VB_QPT_UC, VB_QPS_SQD, VB_QPS_SQD,
+					  VB_QP_AV | VB_QP_PORT),
+			 -EINVAL);
+	assert_non_null(strstr(vbi_errmsg(), "unexpected PORT"));
 
 	/* EN_SQD_ASYNC_NOTIFY: RTS->SQD only */
 	assert_int_equal(vbi_qp_fsm_check(VB_QPT_UC, VB_QPS_RTS, VB_QPS_SQD,
