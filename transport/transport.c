@@ -95,6 +95,15 @@ int vbt_qp_local_peer(struct vbt_qp *qp, uint32_t qkey, struct vbt_peer *out)
 	memset(out, 0, sizeof(*out));
 	out->qpn = qp->qpn;
 	out->psn = rand32() & 0xffffff;
+	if (!qkey && qp->type == VB_QPT_UD && vbt_qp_state(qp) != VB_QPS_RESET) {
+		/* Past RESET (e.g. parked in a pool) the Q_Key is already set. */
+		struct vbt_qp_attr a;
+		int rc = qp->ops->qp_query(qp, &a, VB_QP_QKEY);
+
+		if (rc)
+			return rc;
+		qkey = a.qkey;
+	}
 	if (!qkey) {
 		/* MSB set = controlled Q_Key (privileged): keep it clear. */
 		do

@@ -571,8 +571,8 @@ void vbt_conn_param_init(struct vbt_conn_param *p);
 uint64_t vbt_conn_param_detect_us(const struct vbt_conn_param *p);
 
 /* This side's parameters for @qp: qpn, a fresh random 24-bit PSN, @qkey (0 =
- * a random non-default Q_Key with the MSB clear), the device's GID and
- * active MTU. */
+ * the Q_Key a UD QP past RESET already has, else a random non-default Q_Key
+ * with the MSB clear), the device's GID and active MTU. */
 int vbt_qp_local_peer(struct vbt_qp *qp, uint32_t qkey, struct vbt_peer *out);
 /* Address vector towards @remote from @dev's port and GID. */
 void vbt_ah_attr_from_peer(const struct vbt_dev *dev, const struct vbt_peer *remote,

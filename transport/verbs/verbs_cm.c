@@ -172,7 +172,7 @@ static int cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want
 	int rc = cm_next(ch, timeout_ms, &ev);
 
 	if (rc)
-		return vbi_err_prefix(rc, "waiting for %s: ", rdma_event_str(want));
+		return vbi_err_prefix(rc, "waiting for %s", rdma_event_str(want));
 	if (ev->event == want || (alt && ev->event == alt)) {
 		*out = ev;
 		return 0;

@@ -839,7 +839,7 @@ static int v_qp_modify(struct vbt_qp *qp, const struct vbt_qp_attr *attr, uint32
 	rc = vbi_qp_fsm_check(qp->type, from, to, mask);
 	if (rc) {
 		pthread_mutex_unlock(&q->lock);
-		return vbi_err_prefix(rc, "QP %u: refused before the device saw it: ", qp->qpn);
+		return vbi_err_prefix(rc, "QP %u: refused before the device saw it", qp->qpn);
 	}
 	attr_to_ibv(attr, &ia);
 	t0 = now_ns();
