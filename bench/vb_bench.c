@@ -9,12 +9,14 @@
 
 #include <verbus/verbus.h>
 
+#include "bench/bench.h"
 #include "bench/smoke.h"
 
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: vb_bench <subcommand> [options]\n"
 		   "  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
+		   "  mempool [--no-device]   registered slab pool vs malloc and per-message ibv_reg_mr\n"
 		   "environment: VERBUS_DEVICE (default device)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -46,6 +48,8 @@ int main(int argc, char **argv)
 		return usage(stderr);
 	if (!strcmp(argv[1], "smoke"))
 		return cmd_smoke(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "mempool"))
+		return vb_bench_mempool(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
 		return usage(stdout);
 	fprintf(stderr, "vb_bench: unknown subcommand '%s'\n", argv[1]);

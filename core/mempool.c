@@ -67,6 +67,7 @@ struct mp_thread {
 	unsigned tc;
 	bool has_tc, shared;
 	int aflags, dflags;            /* mallocx / dallocx flags */
+	const struct mp_chunk *last;   /* chunk of the last lookup (not for shared) */
 	uint64_t allocs, frees, eagain, bytes;
 	uint64_t class_allocs[VBI_MEMPOOL_NCLASSES];
 };
@@ -161,8 +162,27 @@ static inline struct mp_chunk *mp_find(const struct vbi_mempool *p, uintptr_t a)
 	if (!l2)
 		return NULL;
 	c = __atomic_load_n(&l2[f & (MP_L2_LEN - 1)], __ATOMIC_ACQUIRE);
-	if (!c || a - c->base >= c->len)
+	if (!c || a - __atomic_load_n(&c->base, RELAXED) >= p->attr.chunk_size)
 		return NULL;
+	return c;
+}
+
+/*
+ * mp_find through the thread's last-chunk cache: consecutive buffers of a
+ * thread mostly share a chunk, and a hit saves the radix walk. A chunk slot
+ * is never freed while the pool lives; a live buffer's chunk is stable, and a
+ * slot being reused for another chunk covers no live buffer, so the range
+ * check against the slot's current base is exact for valid addresses.
+ */
+static inline const struct mp_chunk *mp_find_cached(const struct vbi_mempool *p,
+						    const struct mp_chunk **last, uintptr_t a)
+{
+	const struct mp_chunk *c = *last;
+
+	if (likely(c && a - __atomic_load_n(&c->base, RELAXED) < p->attr.chunk_size))
+		return c;
+	c = mp_find(p, a);
+	*last = c;
 	return c;
 }
 
@@ -307,7 +327,7 @@ static int mp_chunk_new(struct vbi_mempool *p, struct mp_chunk *c)
 				    p->name, len);
 		goto err_unmap;
 	}
-	c->base = (uintptr_t)m;
+	__atomic_store_n(&c->base, (uintptr_t)m, RELAXED); /* read by stale caches */
 	c->len = len;
 	c->lkey = lkey;
 	c->rkey = (p->attr.access & VB_ACCESS_REMOTE_MASK) ? rkey : 0;
@@ -600,6 +620,12 @@ static inline struct mp_thread *mp_thread_get(struct vbi_mempool *p)
 		if (mp_tls[i].pool == p && mp_tls[i].id == p->id)
 			return mp_tls[i].rec;
 	return mp_thread_slow(p);
+}
+
+/* Single-writer counter: relaxed load + store (no locked instruction). */
+static inline void thr_add(uint64_t *c, uint64_t v)
+{
+	__atomic_store_n(c, __atomic_load_n(c, RELAXED) + v, RELAXED);
 }
 
 static inline void ctr_add(const struct mp_thread *t, uint64_t *c, uint64_t v)
@@ -899,7 +925,7 @@ static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csiz
 int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 {
 	struct mp_thread *t;
-	struct mp_chunk *c;
+	const struct mp_chunk *c;
 	unsigned idx;
 	size_t csize;
 	void *m;
@@ -918,15 +944,21 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 		if (rc)
 			return rc;
 	}
-	c = mp_find(p, (uintptr_t)m);
+	c = t->shared ? mp_find(p, (uintptr_t)m) : mp_find_cached(p, &t->last, (uintptr_t)m);
 	if (unlikely(!c)) {
 		dallocx(m, t->dflags);
 		return vbi_err(-EFAULT, "%s: jemalloc returned %p outside the registered chunks",
 			       p->name, m);
 	}
-	ctr_add(t, &t->allocs, 1);
-	ctr_add(t, &t->bytes, csize);
-	ctr_add(t, &t->class_allocs[idx], 1);
+	if (likely(!t->shared)) {
+		thr_add(&t->allocs, 1);
+		thr_add(&t->bytes, csize);
+		thr_add(&t->class_allocs[idx], 1);
+	} else {
+		ctr_add(t, &t->allocs, 1);
+		ctr_add(t, &t->bytes, csize);
+		ctr_add(t, &t->class_allocs[idx], 1);
+	}
 	buf->addr = m;
 	buf->len = (uint32_t)csize;
 	buf->lkey = c->lkey;
@@ -934,20 +966,39 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 	return 0;
 }
 
-int vbi_mempool_free(struct vbi_mempool *p, void *addr)
+static inline int mp_free(struct vbi_mempool *p, void *addr, size_t usize)
 {
-	struct mp_thread *t;
-	size_t usize;
+	struct mp_thread *t = mp_thread_get(p);
+	const struct mp_chunk *c;
 
-	if (unlikely(!mp_find(p, (uintptr_t)addr) || ((uintptr_t)addr & 63)))
+	c = t->shared ? mp_find(p, (uintptr_t)addr) : mp_find_cached(p, &t->last, (uintptr_t)addr);
+	if (unlikely(!c || ((uintptr_t)addr & 63)))
 		return vbi_err(-EINVAL, "%s: %p is not a buffer of this pool; not freed", p->name,
 			       addr);
-	t = mp_thread_get(p);
-	usize = sallocx(addr, 0);
-	dallocx(addr, t->dflags);
-	ctr_add(t, &t->frees, 1);
-	ctr_add(t, &t->bytes, (uint64_t)0 - usize);
+	if (!usize)
+		usize = sallocx(addr, 0);
+	sdallocx(addr, usize, t->dflags);
+	if (likely(!t->shared)) {
+		thr_add(&t->frees, 1);
+		thr_add(&t->bytes, (uint64_t)0 - usize);
+	} else {
+		ctr_add(t, &t->frees, 1);
+		ctr_add(t, &t->bytes, (uint64_t)0 - usize);
+	}
 	return 0;
+}
+
+int vbi_mempool_free(struct vbi_mempool *p, void *addr)
+{
+	return mp_free(p, addr, 0);
+}
+
+int vbi_mempool_free_sized(struct vbi_mempool *p, void *addr, size_t size)
+{
+	if (unlikely(size - 1 >= p->attr.max_alloc))
+		return vbi_err(-EINVAL, "%s: freeing %p with size %zu (max_alloc %zu)", p->name,
+			       addr, size, p->attr.max_alloc);
+	return mp_free(p, addr, vbi_mempool_class_size(vbi_mempool_class_of(size)));
 }
 
 int vbi_mempool_lkey(struct vbi_mempool *p, const void *addr, size_t len, uint32_t *lkey,

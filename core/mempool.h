@@ -168,6 +168,15 @@ int vbi_mempool_alloc(struct vbi_mempool *pool, size_t size, struct vbi_buf *buf
 int vbi_mempool_free(struct vbi_mempool *pool, void *addr);
 
 /*
+ * vbi_mempool_free when the caller still knows the size: @size is the size
+ * asked for at allocation or the buf.len returned (anything of the same size
+ * class). Saves jemalloc's size lookup (sized deallocation). A size of
+ * another class is undefined behaviour; -EINVAL as for vbi_mempool_free, and
+ * for a size of 0 or above max_alloc.
+ */
+int vbi_mempool_free_sized(struct vbi_mempool *pool, void *addr, size_t size);
+
+/*
  * lkey (and rkey, may be NULL) for [@addr, @addr + @len): O(1), any pointer
  * inside a buffer works. -ENOENT when @addr is not in the pool's registered
  * memory, -EINVAL when the range runs past the end of its chunk.
