@@ -29,7 +29,9 @@ enum vbi_wire_type {
 	VBI_WT_NAK = 3,       /* seq = first missing; msg_len = how many missing */
 	VBI_WT_HELLO = 4,     /* session/epoch announcement; payload = attributes */
 	VBI_WT_HEARTBEAT = 5, /* seq = last sent (lets receivers see tail loss) */
-	VBI_WT__MAX = 5,
+	VBI_WT_SUB = 6,       /* subscribe: topic id; payload = class byte + name */
+	VBI_WT_UNSUB = 7,     /* unsubscribe: topic id */
+	VBI_WT__MAX = 7,
 };
 
 enum vbi_wire_flags {

@@ -4,12 +4,49 @@
  *
  * Conventions (every function in this header):
  *  - Returns 0 or a non-negative count on success, a negative errno-style
- *    code on failure; -EAGAIN means back-pressure (retry later), never loss.
+ *    code on failure. -EAGAIN means back-pressure (retry later): nothing was
+ *    sent and nothing was lost; vb_errmsg() says which resource is short.
  *  - On failure, vb_errmsg() returns a message for the calling thread that
  *    says what went wrong and where.
- *  - Handles are opaque; a constructor takes an attribute struct that
- *    vb_*_attr_init() fills with defaults (each field documents its
- *    VERBUS_* environment override).
+ *  - Handles are opaque. A constructor takes an attribute struct that
+ *    vb_*_attr_init() fills with defaults and then with the VERBUS_*
+ *    environment overrides named next to each field; set fields after
+ *    calling it. Attribute structs start with `size` (set by attr_init) so
+ *    they can grow without breaking callers built against an older header.
+ *
+ * Model:
+ *  - A context (vb_ctx_t) owns one RDMA device, its registered memory pool
+ *    and the progress engine (a library thread, or vb_progress() called by
+ *    the application from its own spinning thread).
+ *  - A node (vb_node_t) is an endpoint: it may listen on ip:port and may
+ *    connect to other nodes. Every connection carries both directions.
+ *  - A publisher (vb_pub_t) sends to every connected node that subscribes to
+ *    its topic; a subscriber (vb_sub_t) receives a topic from every
+ *    connected publisher of it. Topics are names; the class fixes the
+ *    transport:
+ *      VB_ORDERED  RC: exactly-once, in order per publisher, up to
+ *                  vb_ctx_attr_t.max_msg bytes, credit flow control,
+ *                  optional k-of-n delivery acknowledgements.
+ *      VB_FANOUT   UD: one publish reaches every subscriber; at most once;
+ *                  every gap is detected and reported; late joiners start
+ *                  at the next message.
+ *
+ * Synchronization table:
+ *   vb_publish / vb_pub_claim / vb_pub_commit / vb_pub_abort
+ *       any thread, concurrently, on the same or different publishers
+ *       (a claim must be committed or aborted by the thread that made it).
+ *   vb_pub_wait_acked   any thread; blocks (bounded by its timeout).
+ *   vb_progress         one thread at a time per context, and only in
+ *                       VB_PROGRESS_APP mode.
+ *   callbacks (vb_msg_fn, vb_gap_fn, vb_ack_fn, vb_event_fn)
+ *       run on the progress thread (or inside vb_progress), never with a
+ *       verbus lock held: they may publish, but must not destroy the object
+ *       they were called for or its context.
+ *   *_create / *_destroy / vb_node_connect
+ *       any thread; not concurrently with other calls on the object being
+ *       destroyed. Destroy publishers and subscribers before their node,
+ *       nodes before their context.
+ *   vb_errmsg, vb_strerror, vb_version, *_attr_init: any thread, any time.
  */
 #ifndef VERBUS_VERBUS_H
 #define VERBUS_VERBUS_H
@@ -31,6 +68,8 @@ extern "C" {
 #define VB_VERSION_MINOR 1
 #define VB_VERSION_PATCH 0
 
+/* ---- errors and version ------------------------------------------------ */
+
 /**
  * vb_version() - library version as "MAJOR.MINOR.PATCH".
  * Thread-safe; the string is static and owned by the library.
@@ -49,6 +88,260 @@ VB_EXPORT const char *vb_errmsg(void);
  * "EAGAIN: back-pressure"). Thread-safe; static string.
  */
 VB_EXPORT const char *vb_strerror(int rc);
+
+
+/* ---- context ------------------------------------------------------------- */
+
+typedef struct vb_ctx vb_ctx_t;
+typedef struct vb_node vb_node_t;
+typedef struct vb_pub vb_pub_t;
+typedef struct vb_sub vb_sub_t;
+
+typedef enum vb_class {
+	VB_ORDERED = 0,     /* RC: exactly-once, in order per publisher */
+	VB_FANOUT = 1,      /* UD: at most once, every gap reported */
+} vb_class_t;
+
+typedef enum vb_progress_mode {
+	VB_PROGRESS_THREAD = 0, /* a library thread polls (spins, then blocks) */
+	VB_PROGRESS_APP = 1,    /* the application calls vb_progress() */
+} vb_progress_mode_t;
+
+/* Events reported to vb_ctx_attr_t.on_event (progress/accept threads). */
+typedef enum vb_event_type {
+	VB_EV_PEER_UP = 1,    /* a connection completed its handshake */
+	VB_EV_PEER_DOWN = 2,  /* a connection failed or closed */
+	VB_EV_PROTOCOL = 3,   /* a malformed frame was dropped (counted) */
+} vb_event_type_t;
+
+typedef struct vb_event {
+	vb_event_type_t type;
+	const char *peer;     /* remote node name ("" when unknown) */
+	const char *detail;   /* human text; valid during the callback */
+} vb_event_t;
+
+typedef void (*vb_event_fn)(const vb_event_t *ev, void *arg);
+
+typedef struct vb_ctx_attr {
+	size_t size;            /* sizeof(vb_ctx_attr_t); set by attr_init */
+	const char *device;     /* RDMA device name; NULL = by ip, else first [VERBUS_DEVICE] */
+	const char *ip;         /* local address choosing the device [VERBUS_IP] */
+	vb_progress_mode_t progress; /* [VERBUS_PROGRESS=thread|app] */
+	unsigned progress_spin; /* empty polls before the thread blocks, 2000 [VERBUS_PROGRESS_SPIN] */
+	double msg_rate;        /* expected peak messages/s per connection, 100000 [VERBUS_MSG_RATE] */
+	double latency_ms;      /* expected completion latency, 1.0 [VERBUS_LATENCY_MS];
+				 * queues are sized rate x latency x 1.5 */
+	size_t max_msg;         /* largest ORDERED message, 1 MiB [VERBUS_MAX_MSG] */
+	size_t slot_size;       /* receive slot (and batch) size, 16 KiB [VERBUS_SLOT_SIZE] */
+	size_t pool_cap;        /* cap on registered bytes, 256 MiB [VERBUS_POOL_CAP] */
+	unsigned max_peers;     /* connections per context, 16 [VERBUS_MAX_PEERS] */
+	unsigned window;        /* unacknowledged ORDERED messages per publisher,
+				 * 4096 [VERBUS_WINDOW] */
+	int cm_timeout_ms;      /* bound on each connection step, 5000 [VERBUS_CM_TIMEOUT_MS] */
+	vb_event_fn on_event;   /* may be NULL */
+	void *event_arg;
+} vb_ctx_attr_t;
+
+/**
+ * vb_ctx_attr_init() - defaults, then VERBUS_* environment overrides.
+ * Thread-safe. An unparsable environment value is ignored with a warning.
+ */
+VB_EXPORT void vb_ctx_attr_init(vb_ctx_attr_t *attr);
+
+/**
+ * vb_ctx_create() - open the device, the registered pool, the completion
+ * queue, the datagram endpoint for FANOUT, and (VB_PROGRESS_THREAD) start
+ * the progress thread.
+ * Returns 0; -EINVAL (bad attribute: the message names it); -ENODEV (no
+ * such device; the message lists those present); -ENOMEM; other negative
+ * errno from the device. On success *@out is owned by the caller.
+ */
+VB_EXPORT int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out);
+
+/**
+ * vb_ctx_destroy() - stop progress, free everything. Nodes must be destroyed
+ * first (-EBUSY otherwise, nothing changed). NULL is a no-op (returns 0).
+ */
+VB_EXPORT int vb_ctx_destroy(vb_ctx_t *ctx);
+
+/**
+ * vb_progress() - VB_PROGRESS_APP: poll completions, deliver messages
+ * (callbacks run inside), return credits and acknowledgements, flush queued
+ * sends. Never blocks. Returns the number of completions handled (0 when
+ * idle), -EINVAL in VB_PROGRESS_THREAD mode. One thread at a time: a
+ * concurrent call returns 0 without doing anything.
+ */
+VB_EXPORT int vb_progress(vb_ctx_t *ctx);
+
+/* Counters (monotonic since vb_ctx_create). */
+typedef struct vb_stats {
+	uint64_t published, delivered, duplicates_dropped;
+	uint64_t gaps, lost;                /* FANOUT: gap events, messages lost */
+	uint64_t malformed;                 /* frames dropped as malformed */
+	uint64_t sends_posted, frames_sent, batched_frames, inline_sends;
+	uint64_t backpressure;              /* -EAGAIN returned to publishers */
+	uint64_t acks_sent, acks_received;
+	unsigned peers;
+	/* sizing (rate x latency x 1.5, clamped to the device) */
+	uint32_t sq_depth, rq_depth, cq_depth, max_inline;
+	int sizing_clamped;
+	/* registered memory */
+	unsigned pool_chunks;
+	size_t pool_registered, pool_in_use;
+	uint64_t pool_registrations;
+} vb_stats_t;
+
+/** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
+VB_EXPORT int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st);
+
+/* ---- nodes --------------------------------------------------------------- */
+
+typedef struct vb_node_attr {
+	size_t size;
+	const char *name;       /* shown to peers, default "verbus" [VERBUS_NODE_NAME] */
+	const char *listen_ip;  /* NULL: do not listen */
+	uint16_t listen_port;   /* 0 with listen_ip: any free port (vb_node_port) */
+} vb_node_attr_t;
+
+VB_EXPORT void vb_node_attr_init(vb_node_attr_t *attr);
+
+/**
+ * vb_node_create() - an endpoint; with listen_ip it accepts connections on
+ * a library thread. Returns 0, -EINVAL, -EADDRINUSE, -ENODEV (address not on
+ * the context's device), other negative errno.
+ */
+VB_EXPORT int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out);
+
+/** vb_node_port() - the port the node listens on (0 when not listening). */
+VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
+
+/**
+ * vb_node_connect() - connect to the node listening at @ip:@port and wait
+ * (bounded by cm_timeout_ms) for the handshake. Subscriptions and
+ * publishers on both sides are matched up automatically, now and later.
+ * Returns 0; -ETIMEDOUT; -ECONNREFUSED; -EHOSTUNREACH; -ENOSPC (max_peers
+ * reached); other negative errno.
+ */
+VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
+
+/**
+ * vb_node_peers() - connections that completed the handshake and are up.
+ */
+VB_EXPORT int vb_node_peers(vb_node_t *node);
+
+/**
+ * vb_node_destroy() - close every connection (outstanding work requests are
+ * flushed and their buffers returned), stop listening, free. Publishers and
+ * subscribers must be destroyed first (-EBUSY otherwise).
+ */
+VB_EXPORT int vb_node_destroy(vb_node_t *node);
+
+/* ---- publishers ------------------------------------------------------------ */
+
+/* Called when the k-of-n acknowledged sequence advances (progress thread). */
+typedef void (*vb_ack_fn)(vb_pub_t *pub, uint64_t acked_seq, void *arg);
+
+typedef struct vb_pub_attr {
+	size_t size;
+	unsigned ack_quorum;    /* ORDERED: k for k-of-n acknowledgements (0 = off) */
+	vb_ack_fn on_ack;       /* may be NULL */
+	void *arg;
+} vb_pub_attr_t;
+
+VB_EXPORT void vb_pub_attr_init(vb_pub_attr_t *attr);
+
+/**
+ * vb_pub_create() - a publisher of @topic (1..63 bytes) with @cls on @node.
+ * Returns 0, -EINVAL, -EEXIST (this node already publishes @topic), -ENOMEM.
+ */
+VB_EXPORT int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls,
+			    const vb_pub_attr_t *attr, vb_pub_t **out);
+
+/**
+ * vb_publish() - copy @len bytes and send them to every current subscriber.
+ * ORDERED: up to max_msg bytes; FANOUT: up to max_msg bytes (fragmented into
+ * datagrams). *@seq (may be NULL) receives the message's sequence number.
+ * Returns 0; -EAGAIN (back-pressure: retransmit window full, send queue
+ * full, or registered memory at its cap — vb_errmsg() says which; nothing was
+ * sent); -EMSGSIZE; -EINVAL. Publishing with no subscriber succeeds (the
+ * message is numbered and dropped: late joiners start after it).
+ */
+VB_EXPORT int vb_publish(vb_pub_t *pub, const void *data, size_t len, uint64_t *seq);
+
+/* A claimed, registered buffer to write a message into (zero copy). */
+typedef struct vb_claim {
+	void *data;             /* write up to len bytes here */
+	size_t len;
+	void *priv_;            /* library use */
+} vb_claim_t;
+
+/**
+ * vb_pub_claim() - reserve a registered buffer for a message of up to @len
+ * bytes; fill claim->data, then vb_pub_commit() (sends) or vb_pub_abort().
+ * Returns 0, -EAGAIN (back-pressure), -EMSGSIZE, -EINVAL.
+ */
+VB_EXPORT int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim);
+/** vb_pub_commit() - send the first @len bytes of the claim (<= claimed). */
+VB_EXPORT int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq);
+/** vb_pub_abort() - give a claim back without sending. Returns 0. */
+VB_EXPORT int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim);
+
+/**
+ * vb_pub_wait_acked() - ORDERED with ack_quorum k: wait until k subscribers
+ * have delivered message @seq to their application. Returns 0, -ETIMEDOUT
+ * (also when fewer than k subscribers are connected), -EINVAL (no quorum
+ * configured). In VB_PROGRESS_APP mode the waiting thread drives progress.
+ */
+VB_EXPORT int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms);
+
+/** vb_pub_subscribers() - current subscriber connections of this publisher. */
+VB_EXPORT int vb_pub_subscribers(vb_pub_t *pub);
+
+/** vb_pub_destroy() - stop publishing; unacknowledged messages are released. */
+VB_EXPORT int vb_pub_destroy(vb_pub_t *pub);
+
+/* ---- subscribers ----------------------------------------------------------- */
+
+typedef struct vb_msg {
+	const void *data;       /* valid only during the callback */
+	size_t len;
+	uint64_t seq;           /* per publisher */
+	uint32_t publisher;     /* publisher session id */
+	uint32_t epoch;
+	const char *topic;
+} vb_msg_t;
+
+typedef void (*vb_msg_fn)(vb_sub_t *sub, const vb_msg_t *msg, void *arg);
+/* FANOUT: @lost messages from publisher @publisher never arrived; the next
+ * delivered one has sequence @next_seq. */
+typedef void (*vb_gap_fn)(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t next_seq,
+			  void *arg);
+
+typedef struct vb_sub_attr {
+	size_t size;
+	vb_msg_fn on_msg;       /* required */
+	vb_gap_fn on_gap;       /* FANOUT; may be NULL (gaps are still counted) */
+	void *arg;
+} vb_sub_attr_t;
+
+VB_EXPORT void vb_sub_attr_init(vb_sub_attr_t *attr);
+
+/**
+ * vb_sub_create() - subscribe @node to @topic with class @cls (must match
+ * the publishers'). Returns 0, -EINVAL, -EEXIST (already subscribed here).
+ */
+VB_EXPORT int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls,
+			    const vb_sub_attr_t *attr, vb_sub_t **out);
+
+typedef struct vb_sub_stats {
+	uint64_t delivered, duplicates, gaps, lost, publishers;
+} vb_sub_stats_t;
+
+/** vb_sub_stats() - this subscriber's counters. Returns 0. */
+VB_EXPORT int vb_sub_stats(vb_sub_t *sub, vb_sub_stats_t *st);
+
+/** vb_sub_destroy() - unsubscribe; no callback runs after it returns. */
+VB_EXPORT int vb_sub_destroy(vb_sub_t *sub);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,682 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Context: device, PD, registered pool, the shared CQ, the UD endpoint and
+ * the progress engine. See vb_int.h for the object/lock map.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- attributes ------------------------------------------------------------ */
+
+static void env_str(const char *name, const char **dst)
+{
+	const char *v = getenv(name);
+
+	if (v && *v)
+		*dst = v;
+}
+
+static void env_double(const char *name, double *dst)
+{
+	const char *v = getenv(name);
+	char *end;
+	double d;
+
+	if (!v || !*v)
+		return;
+	d = strtod(v, &end);
+	if (*end || !isfinite(d) || d <= 0) {
+		vbi_warn("%s=%s ignored: not a positive number", name, v);
+		return;
+	}
+	*dst = d;
+}
+
+static void env_size(const char *name, size_t *dst)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return;
+	errno = 0;
+	n = strtoull(v, &end, 0);
+	switch (*end) {
+	case 'k': case 'K': n <<= 10; end++; break;
+	case 'm': case 'M': n <<= 20; end++; break;
+	case 'g': case 'G': n <<= 30; end++; break;
+	default: break;
+	}
+	if (errno || *end || !n) {
+		vbi_warn("%s=%s ignored: not a positive size", name, v);
+		return;
+	}
+	*dst = (size_t)n;
+}
+
+static void env_unsigned(const char *name, unsigned *dst)
+{
+	size_t v = *dst;
+
+	env_size(name, &v);
+	if (v <= 0xffffffffu)
+		*dst = (unsigned)v;
+}
+
+void vb_ctx_attr_init(vb_ctx_attr_t *a)
+{
+	const char *mode = NULL;
+	size_t to;
+
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+	a->progress = VB_PROGRESS_THREAD;
+	a->progress_spin = 2000;
+	a->msg_rate = 100000;
+	a->latency_ms = 1.0;
+	a->max_msg = 1u << 20;
+	a->slot_size = 16384;
+	a->pool_cap = 256u << 20;
+	a->max_peers = 16;
+	a->window = 4096;
+	a->cm_timeout_ms = 5000;
+
+	env_str("VERBUS_DEVICE", &a->device);
+	env_str("VERBUS_IP", &a->ip);
+	env_str("VERBUS_PROGRESS", &mode);
+	if (mode) {
+		if (!strcasecmp(mode, "app"))
+			a->progress = VB_PROGRESS_APP;
+		else if (!strcasecmp(mode, "thread"))
+			a->progress = VB_PROGRESS_THREAD;
+		else
+			vbi_warn("VERBUS_PROGRESS=%s ignored: use thread or app", mode);
+	}
+	env_unsigned("VERBUS_PROGRESS_SPIN", &a->progress_spin);
+	env_double("VERBUS_MSG_RATE", &a->msg_rate);
+	env_double("VERBUS_LATENCY_MS", &a->latency_ms);
+	env_size("VERBUS_MAX_MSG", &a->max_msg);
+	env_size("VERBUS_SLOT_SIZE", &a->slot_size);
+	env_size("VERBUS_POOL_CAP", &a->pool_cap);
+	env_unsigned("VERBUS_MAX_PEERS", &a->max_peers);
+	env_unsigned("VERBUS_WINDOW", &a->window);
+	to = (size_t)a->cm_timeout_ms;
+	env_size("VERBUS_CM_TIMEOUT_MS", &to);
+	if (to <= 600000)
+		a->cm_timeout_ms = (int)to;
+}
+
+static int check_attr(const vb_ctx_attr_t *a)
+{
+	if (!a || a->size < sizeof(*a))
+		return vbi_err(-EINVAL, "vb_ctx_attr_t not initialized with vb_ctx_attr_init()");
+	if (a->progress != VB_PROGRESS_THREAD && a->progress != VB_PROGRESS_APP)
+		return vbi_err(-EINVAL, "progress mode %d unknown", (int)a->progress);
+	if (!(a->msg_rate > 0) || !(a->latency_ms > 0))
+		return vbi_err(-EINVAL, "msg_rate %.1f / latency_ms %.3f must be positive",
+			       a->msg_rate, a->latency_ms);
+	if (a->slot_size < 1024 || a->slot_size > (1u << 20) || (a->slot_size & 63))
+		return vbi_err(-EINVAL, "slot_size %zu: 1 KiB..1 MiB, a multiple of 64",
+			       a->slot_size);
+	if (!a->max_msg || a->max_msg > VBI_MEMPOOL_MAX_ALLOC - VBI_WIRE_HDR_LEN)
+		return vbi_err(-EINVAL, "max_msg %zu: 1..%u bytes", a->max_msg,
+			       VBI_MEMPOOL_MAX_ALLOC - VBI_WIRE_HDR_LEN);
+	if (!a->max_peers || a->max_peers > 1024)
+		return vbi_err(-EINVAL, "max_peers %u: 1..1024", a->max_peers);
+	if (a->window < 16 || a->window > (1u << 20))
+		return vbi_err(-EINVAL, "window %u: 16..1048576", a->window);
+	if (a->cm_timeout_ms <= 0)
+		return vbi_err(-EINVAL, "cm_timeout_ms %d must be positive", a->cm_timeout_ms);
+	return 0;
+}
+
+/* ---- small shared helpers ---------------------------------------------------- */
+
+uint32_t vbi_topic_id(const char *name)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h ? h : 1;
+}
+
+void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
+{
+	char detail[256];
+	va_list ap;
+	vb_event_t ev = { .type = type, .peer = peer ? peer : "", .detail = detail };
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	vbi_info("event %d peer '%s': %s", (int)type, ev.peer, detail);
+	if (ctx->attr.on_event)
+		ctx->attr.on_event(&ev, ctx->attr.event_arg);
+}
+
+void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
+{
+	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+		vbi_mempool_free(ctx->pool, m->buf.addr);
+		free(m);
+	}
+}
+
+/* ---- send rings ------------------------------------------------------------------ */
+
+int vbi_sring_init(struct vb_ctx *ctx, struct vbi_sring *sr, uint32_t n, uint8_t kind,
+		   struct vbi_peer *peer, bool batch_bufs)
+{
+	int rc;
+
+	memset(sr, 0, sizeof(*sr));
+	sr->ctx = calloc(n, sizeof(*sr->ctx));
+	if (!sr->ctx)
+		return vbi_err(-ENOMEM, "send ring of %u entries", n);
+	sr->n = n;
+	rc = vbi_mempool_alloc(ctx->pool, (size_t)n * 64, &sr->hdr_area);
+	if (rc)
+		goto err;
+	for (uint32_t i = 0; i < n; i++) {
+		struct vbi_sctx *s = &sr->ctx[i];
+
+		s->kind = kind;
+		s->peer = peer;
+		s->hdr = (uint8_t *)sr->hdr_area.addr + (size_t)i * 64;
+		s->hdr_lkey = sr->hdr_area.lkey;
+		if (batch_bufs) {
+			rc = vbi_mempool_alloc(ctx->pool, ctx->attr.slot_size, &s->buf);
+			if (rc)
+				goto err;
+		}
+	}
+	return 0;
+err:
+	vbi_sring_fini(ctx, sr);
+	return vbi_err_prefix(rc, "send ring");
+}
+
+void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr)
+{
+	if (!sr->ctx)
+		return;
+	vbi_sring_release_upto(ctx, sr, NULL);
+	for (uint32_t i = 0; i < sr->n; i++)
+		if (sr->ctx[i].buf.addr)
+			vbi_mempool_free(ctx->pool, sr->ctx[i].buf.addr);
+	if (sr->hdr_area.addr)
+		vbi_mempool_free(ctx->pool, sr->hdr_area.addr);
+	free(sr->ctx);
+	memset(sr, 0, sizeof(*sr));
+}
+
+/* Caller holds the ring's lock and has checked outstanding < n. */
+struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
+{
+	struct vbi_sctx *s = &sr->ctx[sr->head];
+
+	sr->head = (sr->head + 1) % sr->n;
+	sr->outstanding++;
+	s->signaled = false;
+	return s;
+}
+
+static void sctx_release(struct vb_ctx *ctx, struct vbi_sctx *s)
+{
+	if (s->msg) {
+		vbi_msg_put(ctx, s->msg);
+		s->msg = NULL;
+	}
+	if (s->ud_ref) {
+		vbi_msg_put(ctx, s->ud_ref);
+		s->ud_ref = NULL;
+	}
+}
+
+/* Release outstanding entries oldest first, up to and including @upto
+ * (every outstanding one when NULL). Caller holds the ring's lock. */
+void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto)
+{
+	while (sr->outstanding) {
+		struct vbi_sctx *s = &sr->ctx[sr->tail];
+
+		sctx_release(ctx, s);
+		sr->tail = (sr->tail + 1) % sr->n;
+		sr->outstanding--;
+		if (s == upto)
+			break;
+	}
+}
+
+/* ---- registration through the transport -------------------------------------- */
+
+static int pool_reg(void *c, void *addr, size_t len, unsigned access, uint32_t *lkey,
+		    uint32_t *rkey, void **handle)
+{
+	struct vbt_pd *pd = c;
+	struct vbt_mr *mr;
+	int rc = pd->ops->mr_reg(pd, addr, len, access, &mr);
+
+	if (rc)
+		return rc;
+	*lkey = mr->lkey;
+	*rkey = mr->rkey;
+	*handle = mr;
+	return 0;
+}
+
+static int pool_dereg(void *c, void *handle)
+{
+	struct vbt_mr *mr = handle;
+
+	(void)c;
+	return mr->ops->mr_dereg(mr);
+}
+
+static const struct vbi_mempool_reg_ops pool_reg_ops = { .reg = pool_reg, .dereg = pool_dereg };
+
+/* ---- UD endpoint -------------------------------------------------------------------- */
+
+static int ud_post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
+{
+	struct vbt_sge sge = { (uintptr_t)s->buf.addr, VBI_UD_GRH + ctx->ud_mtu, s->buf.lkey };
+	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
+	const struct vbt_recv_wr *bad;
+	int rc = vbt_post_recv(ctx->ud_qp, &wr, &bad);
+
+	if (!rc)
+		ctx->ud_posted++;
+	return rc;
+}
+
+void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
+{
+	if (atomic_load(&ctx->stop))
+		return;
+	if (ud_post_slot(ctx, s))
+		vbi_warn("UD receive repost failed: %s", vbi_errmsg());
+}
+
+static int ud_open(struct vb_ctx *ctx)
+{
+	struct vbt_qp_init_attr qa = {
+		.type = VB_QPT_UD, .send_cq = ctx->cq, .recv_cq = ctx->cq,
+		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
+			 .max_send_sge = 2, .max_recv_sge = 1,
+			 .max_inline_data = ctx->sz.max_inline },
+	};
+	int rc;
+
+	rc = ctx->ops->qp_create(ctx->pd, &qa, &ctx->ud_qp);
+	if (rc)
+		return vbi_err_prefix(rc, "UD QP");
+	rc = vbt_qp_local_peer(ctx->ud_qp, ctx->cp.qkey, &ctx->ud_local);
+	if (!rc)
+		rc = vbt_qp_bring_up(ctx->ud_qp, &ctx->cp, &ctx->ud_local, NULL);
+	if (rc)
+		return vbi_err_prefix(rc, "UD QP %u bring-up", ctx->ud_qp->qpn);
+	rc = vbi_sring_init(ctx, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr, VBI_WR_UD_SEND, NULL,
+			    false);
+	if (rc)
+		return rc;
+	ctx->ud_nslots = ctx->ud_qp->cap.max_recv_wr;
+	ctx->ud_slots = calloc(ctx->ud_nslots, sizeof(*ctx->ud_slots));
+	if (!ctx->ud_slots)
+		return vbi_err(-ENOMEM, "UD slots");
+	for (uint32_t i = 0; i < ctx->ud_nslots; i++) {
+		struct vbi_slot *s = &ctx->ud_slots[i];
+
+		s->kind = VBI_WR_UD_RECV;
+		rc = vbi_mempool_alloc(ctx->pool, VBI_UD_GRH + ctx->ud_mtu, &s->buf);
+		if (!rc)
+			rc = ud_post_slot(ctx, s);
+		if (rc)
+			return vbi_err_prefix(rc, "UD receive slot %u", i);
+	}
+	return 0;
+}
+
+/* ---- progress --------------------------------------------------------------------------- */
+
+static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next)
+			vbi_peer_after_poll(p, idle);
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+int vbi_progress_once(struct vb_ctx *ctx)
+{
+	struct vbt_wc wc[32];
+	int n = vbt_cq_poll(ctx->cq, wc, 32);
+
+	if (n < 0) {
+		vbi_error("completion queue poll failed: %s", vbi_errmsg());
+		return n;
+	}
+	for (int i = 0; i < n; i++) {
+		uint8_t kind = *(uint8_t *)(uintptr_t)wc[i].wr_id;
+		bool ok = wc[i].status == VBT_WC_SUCCESS;
+
+		switch (kind) {
+		case VBI_WR_RC_RECV: {
+			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
+			struct vbi_peer *p = s->peer;
+
+			p->posted_recvs--;
+			if (ok) {
+				vbi_peer_rc_recv(p, s, wc[i].byte_len);
+			} else if (wc[i].status != VBT_WC_WR_FLUSH_ERR || !p->closing) {
+				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
+			}
+			break;
+		}
+		case VBI_WR_RC_SEND: {
+			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
+			struct vbi_peer *p = s->peer;
+
+			pthread_mutex_lock(&p->txlock);
+			vbi_sring_release_upto(ctx, &p->sr, s);
+			pthread_mutex_unlock(&p->txlock);
+			if (!ok && !(p->closing && wc[i].status == VBT_WC_WR_FLUSH_ERR))
+				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
+			break;
+		}
+		case VBI_WR_UD_RECV: {
+			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
+
+			ctx->ud_posted--;
+			if (ok)
+				vbi_ud_recv(ctx, s, wc[i].byte_len);
+			else if (!atomic_load(&ctx->stop))
+				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
+			break;
+		}
+		case VBI_WR_UD_SEND: {
+			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
+
+			pthread_mutex_lock(&ctx->ud_lock);
+			vbi_sring_release_upto(ctx, &ctx->ud_sr, s);
+			pthread_mutex_unlock(&ctx->ud_lock);
+			if (!ok && !atomic_load(&ctx->stop))
+				vbi_warn("UD send completion: %s", vbt_wc_status_str(wc[i].status));
+			break;
+		}
+		default:
+			vbi_error("completion with unknown wr_id kind %u", kind);
+			break;
+		}
+	}
+	for_each_peer_after_poll(ctx, n == 0);
+	return n;
+}
+
+int vb_progress(vb_ctx_t *ctx)
+{
+	int n;
+
+	if (!ctx)
+		return vbi_err(-EINVAL, "NULL context");
+	if (ctx->attr.progress != VB_PROGRESS_APP)
+		return vbi_err(-EINVAL, "vb_progress() in VB_PROGRESS_THREAD mode");
+	if (pthread_mutex_trylock(&ctx->progress_lock))
+		return 0;
+	n = vbi_progress_once(ctx);
+	pthread_mutex_unlock(&ctx->progress_lock);
+	return n;
+}
+
+static void *progress_main(void *arg)
+{
+	struct vb_ctx *ctx = arg;
+	unsigned idle = 0;
+
+	while (!atomic_load_explicit(&ctx->stop, memory_order_relaxed)) {
+		int n;
+
+		pthread_mutex_lock(&ctx->progress_lock);
+		n = vbi_progress_once(ctx);
+		pthread_mutex_unlock(&ctx->progress_lock);
+		if (n > 0) {
+			idle = 0;
+			continue;
+		}
+		if (++idle < ctx->attr.progress_spin)
+			continue;
+		/* Block: arm, poll once more (a completion may have slipped in
+		 * before the arm), then sleep until one arrives (bounded, so
+		 * stop and timed work are noticed). */
+		if (ctx->cq->ops->cq_arm(ctx->cq, 0) == 0) {
+			pthread_mutex_lock(&ctx->progress_lock);
+			n = vbi_progress_once(ctx);
+			pthread_mutex_unlock(&ctx->progress_lock);
+			if (n == 0)
+				ctx->cq->ops->cq_wait(ctx->cq, 20);
+		} else {
+			struct timespec ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+		}
+		idle = 0;
+	}
+	return NULL;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------------- */
+
+int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
+{
+	struct vb_ctx *ctx;
+	struct vbt_dev_attr da = { .gid_index = -1 };
+	struct vbi_mempool_attr pa;
+	struct vbi_sizing_in si = { 0 };
+	struct vbt_cq_attr ca = { .channel = 1 };
+	uint32_t depths[2];
+	struct vbi_cq_sizing cqs;
+	char desc[512];
+	int rc;
+
+	if (!out)
+		return vbi_err(-EINVAL, "NULL output pointer");
+	*out = NULL;
+	if ((rc = check_attr(attr)))
+		return rc;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return vbi_err(-ENOMEM, "context");
+	ctx->attr = *attr;
+	ctx->ops = &vbt_verbs_ops;
+	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->ud_lock, NULL);
+	pthread_mutex_init(&ctx->progress_lock, NULL);
+	vbt_conn_param_init(&ctx->cp);
+	ctx->cp.cm_timeout_ms = attr->cm_timeout_ms;
+
+	da.name = attr->device;
+	da.ip = attr->ip;
+	rc = ctx->ops->dev_open(&da, &ctx->dev);
+	if (rc)
+		goto err;
+	rc = ctx->ops->pd_alloc(ctx->dev, &ctx->pd);
+	if (rc)
+		goto err;
+
+	/* Queues from the declared load (core/sizing), clamped and reported. */
+	si.msg_rate_per_sec = attr->msg_rate;
+	si.latency_ms = attr->latency_ms;
+	si.inline_wanted = 256;
+	si.max_qp_wr = ctx->dev->caps.max_qp_wr;
+	si.max_cqe = ctx->dev->caps.max_cqe;
+	si.max_inline_data = ctx->dev->caps.max_inline_data;
+	rc = vbi_sizing_compute(&si, &ctx->sz);
+	if (rc)
+		goto err;
+	/* One CQ serves every RC QP (max_peers) and the UD QP. */
+	depths[0] = ctx->sz.sq_depth + ctx->sz.rq_depth;
+	depths[1] = depths[0];
+	{
+		uint32_t *d = calloc(attr->max_peers + 1, sizeof(*d));
+
+		if (!d) {
+			rc = vbi_err(-ENOMEM, "sizing");
+			goto err;
+		}
+		for (unsigned i = 0; i <= attr->max_peers; i++)
+			d[i] = depths[0];
+		rc = vbi_sizing_cq(d, attr->max_peers + 1, ctx->dev->caps.max_cqe, &cqs);
+		free(d);
+	}
+	if (rc)
+		goto err;
+	if (cqs.clamped) {
+		rc = vbi_err(-EINVAL, "a CQ for %u peers needs %llu entries, device max_cqe is %u: "
+			     "lower max_peers, msg_rate or latency_ms", attr->max_peers,
+			     (unsigned long long)cqs.wanted, ctx->dev->caps.max_cqe);
+		goto err;
+	}
+	ctx->sz.cq_depth = cqs.depth;
+	vbi_sizing_describe(&ctx->sz, desc, sizeof(desc));
+	vbi_info("%s; shared CQ %u entries for %u peers", desc, cqs.depth, attr->max_peers);
+
+	vbi_mempool_attr_init(&pa);
+	pa.max_registered = attr->pool_cap;
+	pa.name = "verbus";
+	rc = vbi_mempool_create(&pa, &pool_reg_ops, ctx->pd, &ctx->pool);
+	if (rc)
+		goto err;
+	ca.cqe = (int)cqs.depth;
+	rc = ctx->ops->cq_create(ctx->dev, &ca, &ctx->cq);
+	if (rc)
+		goto err;
+	ctx->ud_mtu = 128u << ctx->dev->caps.active_mtu;
+	rc = ud_open(ctx);
+	if (rc)
+		goto err;
+	if (attr->progress == VB_PROGRESS_THREAD) {
+		rc = -pthread_create(&ctx->thread, NULL, progress_main, ctx);
+		if (rc) {
+			vbi_err(rc, "progress thread: %s", strerror(-rc));
+			goto err;
+		}
+		ctx->thread_running = true;
+	}
+	*out = ctx;
+	return 0;
+err:
+	vbi_err_prefix(rc, "vb_ctx_create");
+	{
+		char msg[VBI_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		vb_ctx_destroy(ctx);
+		vbi_err(rc, "%s", msg);
+	}
+	return rc;
+}
+
+int vb_ctx_destroy(vb_ctx_t *ctx)
+{
+	if (!ctx)
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->nodes) {
+		pthread_mutex_unlock(&ctx->lock);
+		return vbi_err(-EBUSY, "context still has nodes: destroy them first");
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	atomic_store(&ctx->stop, true);
+	if (ctx->thread_running)
+		pthread_join(ctx->thread, NULL);
+	if (ctx->ud_qp) {
+		/* Flush the UD QP and reap every outstanding WR once. */
+		struct timespec t0, t;
+
+		vbt_qp_set_state(ctx->ud_qp, VB_QPS_ERR);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		while (ctx->ud_posted || ctx->ud_sr.outstanding) {
+			if (vbi_progress_once(ctx) < 0)
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if (t.tv_sec - t0.tv_sec > 5) {
+				vbi_warn("UD drain: %u receives, %u sends still outstanding",
+					 ctx->ud_posted, ctx->ud_sr.outstanding);
+				break;
+			}
+		}
+		ctx->ops->qp_destroy(ctx->ud_qp);
+	}
+	vbi_sring_fini(ctx, &ctx->ud_sr);
+	if (ctx->ud_slots) {
+		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
+			if (ctx->ud_slots[i].buf.addr)
+				vbi_mempool_free(ctx->pool, ctx->ud_slots[i].buf.addr);
+		free(ctx->ud_slots);
+	}
+	if (ctx->cq)
+		ctx->ops->cq_destroy(ctx->cq);
+	if (ctx->pool)
+		vbi_mempool_destroy(ctx->pool);
+	if (ctx->pd)
+		ctx->ops->pd_free(ctx->pd);
+	if (ctx->dev)
+		ctx->ops->dev_close(ctx->dev);
+	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->ud_lock);
+	pthread_mutex_destroy(&ctx->progress_lock);
+	free(ctx);
+	return 0;
+}
+
+int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
+{
+	struct vbi_mempool_stats ps;
+
+	if (!ctx || !st)
+		return vbi_err(-EINVAL, "NULL argument");
+	memset(st, 0, sizeof(*st));
+	st->published = atomic_load(&ctx->st.published);
+	st->delivered = atomic_load(&ctx->st.delivered);
+	st->duplicates_dropped = atomic_load(&ctx->st.duplicates);
+	st->gaps = atomic_load(&ctx->st.gaps);
+	st->lost = atomic_load(&ctx->st.lost);
+	st->malformed = atomic_load(&ctx->st.malformed);
+	st->sends_posted = atomic_load(&ctx->st.sends_posted);
+	st->frames_sent = atomic_load(&ctx->st.frames_sent);
+	st->batched_frames = atomic_load(&ctx->st.batched_frames);
+	st->inline_sends = atomic_load(&ctx->st.inline_sends);
+	st->backpressure = atomic_load(&ctx->st.backpressure);
+	st->acks_sent = atomic_load(&ctx->st.acks_sent);
+	st->acks_received = atomic_load(&ctx->st.acks_received);
+	pthread_mutex_lock(&ctx->lock);
+	st->peers = ctx->npeers;
+	pthread_mutex_unlock(&ctx->lock);
+	st->sq_depth = ctx->sz.sq_depth;
+	st->rq_depth = ctx->sz.rq_depth;
+	st->cq_depth = ctx->sz.cq_depth;
+	st->max_inline = ctx->sz.max_inline;
+	st->sizing_clamped = !!(ctx->sz.flags & VBI_SIZING_ANY_CLAMPED);
+	if (vbi_mempool_stats(ctx->pool, &ps) == 0) {
+		st->pool_chunks = ps.chunks;
+		st->pool_registered = ps.registered_bytes;
+		st->pool_in_use = ps.bytes_in_use;
+		st->pool_registrations = ps.registrations;
+	}
+	return 0;
+}

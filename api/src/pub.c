@@ -1,0 +1,795 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Publishers. ORDERED: every message goes into the publisher's retransmit
+ * window (core/stream) and is framed to each subscriber peer from there, as
+ * that peer's credits and send queue allow — small messages batched into one
+ * SEND when more than one is waiting, large ones fragmented with a
+ * registered header plus a zero-copy slice of the message. A message leaves
+ * the window when every live subscriber has acknowledged it.
+ * FANOUT: datagrams (fragmented to the path MTU) posted on the context's UD
+ * QP to each subscriber's address handle.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+
+void vb_pub_attr_init(vb_pub_attr_t *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+}
+
+static uint32_t random_session(void)
+{
+	uint32_t v = 0;
+
+	while (!v) {
+		if (getrandom(&v, sizeof(v), 0) != sizeof(v)) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			v = (uint32_t)(ts.tv_nsec ^ ts.tv_sec ^ (uintptr_t)&v);
+		}
+	}
+	return v;
+}
+
+static bool pp_pending(const struct vbi_pubpeer *pp)
+{
+	return !pp->dead && pp->sent < pp->pub->win.next_seq - 1;
+}
+
+/* ---- window release and acknowledgements (pub->lock held) -------------------------- */
+
+static void release_msg(void *c, uint64_t seq, void *arg)
+{
+	(void)seq;
+	vbi_msg_put(arg, c);
+}
+
+/* Drop from the window what every live subscriber has acknowledged (all of
+ * it when nobody is subscribed). Returns the new k-of-n sequence. */
+static uint64_t pub_release(struct vb_pub *pub)
+{
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint64_t min = pub->win.next_seq - 1;
+	uint64_t acked[64];
+	unsigned n = 0;
+
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+		if (pp->dead)
+			continue;
+		if (pp->acked < min)
+			min = pp->acked;
+		if (n < 64)
+			acked[n++] = pp->acked > pp->joined ? pp->acked : 0;
+	}
+	if (min > pub->win.acked)
+		vbi_txwin_ack(&pub->win, min, release_msg, ctx);
+	if (pub->attr.ack_quorum && n >= pub->attr.ack_quorum) {
+		uint64_t q;
+
+		if (vbi_quorum_seq(acked, n, pub->attr.ack_quorum, &q) == 0 && q > pub->quorum_seq)
+			pub->quorum_seq = q;
+	}
+	return pub->quorum_seq;
+}
+
+void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h)
+{
+	struct vb_ctx *ctx = node->ctx;
+
+	if (h->frag_off) {
+		bool bad;
+
+		pthread_mutex_lock(&peer->txlock);
+		bad = peer->returned_total + h->frag_off > peer->sends_total;
+		if (!bad)
+			peer->returned_total += h->frag_off;
+		pthread_mutex_unlock(&peer->txlock);
+		if (bad) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
+				  "ACK returns %u credits that were never used", h->frag_off);
+		}
+	}
+	if (!h->session)
+		return;
+	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
+		uint64_t before, after;
+		struct vbi_pubpeer *pp;
+
+		if (pub->session != h->session || pub->topic_id != h->topic ||
+		    pub->cls != VB_ORDERED)
+			continue;
+		pthread_mutex_lock(&pub->lock);
+		for (pp = pub->peers; pp && pp->peer != peer; pp = pp->next_in_pub)
+			;
+		if (!pp || h->seq > pp->sent) {
+			pthread_mutex_unlock(&pub->lock);
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
+				  "ACK for '%s' seq %llu: never sent to this peer", pub->topic,
+				  (unsigned long long)h->seq);
+			return;
+		}
+		if (h->seq > pp->acked)
+			pp->acked = h->seq;
+		before = pub->quorum_seq;
+		after = pub_release(pub);
+		if (after != before)
+			pthread_cond_broadcast(&pub->acked_cv);
+		pthread_mutex_unlock(&pub->lock);
+		if (after != before && pub->attr.on_ack)
+			pub->attr.on_ack(pub, after, pub->attr.arg);
+		return;
+	}
+}
+
+/* ---- attaching subscribers (node->lock held for writing) ------------------------------ */
+
+void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
+{
+	struct vbi_pubpeer *pp;
+
+	for (pp = pub->peers; pp; pp = pp->next_in_pub)
+		if (pp->peer == peer) {
+			/* re-subscribed after an UNSUB: start again from the next message */
+			pthread_mutex_lock(&peer->txlock);
+			pthread_mutex_lock(&pub->lock);
+			if (pp->dead && !peer->dead) {
+				pp->joined = pp->sent = pp->acked = pub->cls == VB_ORDERED
+					? pub->win.next_seq - 1 : pub->fanout_seq;
+				pp->frag_sent = 0;
+				pp->dead = false;
+			}
+			pthread_mutex_unlock(&pub->lock);
+			pthread_mutex_unlock(&peer->txlock);
+			return;
+		}
+	pp = calloc(1, sizeof(*pp));
+	if (!pp) {
+		vbi_error("out of memory attaching a subscriber to '%s'", pub->topic);
+		return;
+	}
+	pp->pub = pub;
+	pp->peer = peer;
+	pthread_mutex_lock(&peer->txlock);
+	pthread_mutex_lock(&pub->lock);
+	/* A late joiner starts with the next message. */
+	pp->joined = pp->sent = pp->acked =
+		pub->cls == VB_ORDERED ? pub->win.next_seq - 1 : pub->fanout_seq;
+	pp->dead = peer->dead;
+	pp->next_in_pub = pub->peers;
+	pub->peers = pp;
+	pub->npeers++;
+	pthread_mutex_unlock(&pub->lock);
+	if (pub->cls == VB_ORDERED) {
+		pp->next_in_peer = peer->pubs;
+		peer->pubs = pp;
+	}
+	pthread_mutex_unlock(&peer->txlock);
+	vbi_info("'%s' (%s) now reaches '%s'", pub->topic, pub->cls ? "FANOUT" : "ORDERED",
+		 peer->name);
+}
+
+static void detach_pp(struct vbi_pubpeer *pp)
+{
+	struct vbi_peer *peer = pp->peer;
+
+	pthread_mutex_lock(&peer->txlock);
+	for (struct vbi_pubpeer **q = &peer->pubs; *q; q = &(*q)->next_in_peer)
+		if (*q == pp) {
+			*q = pp->next_in_peer;
+			break;
+		}
+	if (peer->rr == pp)
+		peer->rr = NULL;
+	pthread_mutex_unlock(&peer->txlock);
+}
+
+/* @peer unsubscribed from @pub: stop sending to it and stop waiting for it. */
+void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
+{
+	pthread_mutex_lock(&peer->txlock);
+	pthread_mutex_lock(&pub->lock);
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+		if (pp->peer == peer && !pp->dead) {
+			uint64_t before = pub->quorum_seq;
+
+			pp->dead = true;
+			pp->frag_sent = 0;
+			if (pub->cls == VB_ORDERED && pub_release(pub) != before)
+				pthread_cond_broadcast(&pub->acked_cv);
+		}
+	pthread_mutex_unlock(&pub->lock);
+	pthread_mutex_unlock(&peer->txlock);
+}
+
+/* The peer failed: its cursors stop holding the windows back. */
+void vbi_pub_detach_peer(struct vbi_peer *peer)
+{
+	pthread_mutex_lock(&peer->txlock);
+	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
+		uint64_t before, after;
+
+		pthread_mutex_lock(&pp->pub->lock);
+		pp->dead = true;
+		before = pp->pub->quorum_seq;
+		after = pub_release(pp->pub);
+		if (before != after)
+			pthread_cond_broadcast(&pp->pub->acked_cv);
+		pthread_mutex_unlock(&pp->pub->lock);
+	}
+	pthread_mutex_unlock(&peer->txlock);
+}
+
+/* ---- ORDERED: framing queued messages to a peer --------------------------------------- */
+
+static struct vbi_pubpeer *next_pending(struct vbi_peer *p)
+{
+	struct vbi_pubpeer *start = p->rr ? p->rr->next_in_peer : NULL;
+
+	if (!start)
+		start = p->pubs;
+	for (struct vbi_pubpeer *pp = start; pp; pp = pp->next_in_peer)
+		if (pp_pending(pp))
+			return p->rr = pp;
+	for (struct vbi_pubpeer *pp = p->pubs; pp && pp != start; pp = pp->next_in_peer)
+		if (pp_pending(pp))
+			return p->rr = pp;
+	return NULL;
+}
+
+/* One SEND for @pp: a batch of whole small messages, or the next fragment
+ * of a large one. txlock held; takes pub->lock briefly. Returns 1 if it
+ * posted, 0 if nothing to do, negative on a post error. */
+static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vb_pub *pub = pp->pub;
+	struct vbi_sctx *s = vbi_sring_take(&p->sr);
+	const struct vbi_txent *e;
+	struct vbi_msg *m;
+	uint32_t off = 0, frames = 0;
+	int rc;
+
+	pthread_mutex_lock(&pub->lock);
+	e = vbi_txwin_get(&pub->win, pp->sent + 1);
+	if (!e) {
+		/* released without this peer's ack: only when it is dead */
+		pthread_mutex_unlock(&pub->lock);
+		vbi_sring_untake(&p->sr);
+		return 0;
+	}
+	m = e->ctx;
+	if (pp->frag_sent || VBI_WIRE_HDR_LEN + m->len > cap) {
+		/* Fragment: registered header + zero-copy slice of the message. */
+		uint32_t fmax = cap - VBI_WIRE_HDR_LEN;
+		uint32_t flen = m->len - pp->frag_sent < fmax ? m->len - pp->frag_sent : fmax;
+		struct vbi_wire_hdr h = {
+			.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
+			.seq = m->seq, .len = flen, .frag_off = pp->frag_sent, .msg_len = m->len,
+			.flags = (uint16_t)(m->flags & ~(VBI_WF_FIRST | VBI_WF_LAST)),
+		};
+		struct vbt_sge sge[2] = {
+			{ (uintptr_t)s->hdr, VBI_WIRE_HDR_LEN, s->hdr_lkey },
+			{ (uintptr_t)m->buf.addr + VBI_WIRE_HDR_LEN + pp->frag_sent, flen, m->buf.lkey },
+		};
+		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = sge, .num_sge = 2,
+					  .opcode = VBT_WR_SEND };
+		const struct vbt_send_wr *bad;
+
+		if (!pp->frag_sent)
+			h.flags |= VBI_WF_FIRST;
+		if (pp->frag_sent + flen == m->len)
+			h.flags |= VBI_WF_LAST;
+		vbi_wire_put(s->hdr, &h);
+		atomic_fetch_add(&m->refs, 1);
+		s->msg = m;
+		pthread_mutex_unlock(&pub->lock);
+		if (++p->sr.since_signal >= p->sr.n / 4 || (h.flags & VBI_WF_LAST) ||
+		    p->sr.outstanding >= p->sr.n - 1) {
+			wr.flags = VBT_SEND_SIGNALED;
+			p->sr.since_signal = 0;
+			s->signaled = true;
+		}
+		rc = vbt_post_send(p->qp, &wr, &bad);
+		if (rc) {
+			s->msg = NULL;
+			vbi_msg_put(ctx, m);
+			vbi_sring_untake(&p->sr);
+			return rc;
+		}
+		p->sends_total++;
+		atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
+		pp->frag_sent += flen;
+		if (pp->frag_sent == m->len) {
+			pp->frag_sent = 0;
+			pp->sent++;
+		}
+		return 1;
+	}
+	/* Batch: copy whole messages while they fit. */
+	for (;;) {
+		size_t fs = vbi_wire_frame_size(m->len);
+
+		if (off + fs > cap)
+			break;
+		memcpy((uint8_t *)s->buf.addr + off, m->buf.addr, VBI_WIRE_HDR_LEN + m->len);
+		off += (uint32_t)fs;
+		frames++;
+		pp->sent++;
+		e = vbi_txwin_get(&pub->win, pp->sent + 1);
+		if (!e)
+			break;
+		m = e->ctx;
+		if (VBI_WIRE_HDR_LEN + m->len > cap)
+			break;
+	}
+	pthread_mutex_unlock(&pub->lock);
+	rc = vbi_peer_post(p, s, off, true);
+	if (rc) {
+		pp->sent -= frames;
+		vbi_sring_untake(&p->sr);
+		return rc;
+	}
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, frames, memory_order_relaxed);
+	if (frames > 1)
+		atomic_fetch_add_explicit(&ctx->st.batched_frames, frames, memory_order_relaxed);
+	return 1;
+}
+
+/* Frame as much as credits and the send queue allow. Takes txlock. */
+void vbi_peer_flush(struct vbi_peer *p)
+{
+	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
+
+	pthread_mutex_lock(&p->txlock);
+	if (p->remote_slot_size && p->remote_slot_size < cap)
+		cap = p->remote_slot_size;
+	while (!p->dead && !p->closing && p->up && p->hello_sent) {
+		struct vbi_pubpeer *pp;
+		int rc;
+
+		/* keep one credit for credit-returning control frames */
+		if (p->remote_slots + p->returned_total - p->sends_total < 2 ||
+		    p->sr.outstanding >= p->sr.n)
+			break;
+		pp = next_pending(p);
+		if (!pp)
+			break;
+		rc = frame_one(p, pp, cap);
+		if (rc < 0) {
+			if (rc != -EAGAIN) {
+				pthread_mutex_unlock(&p->txlock);
+				vbi_peer_failed(p, "post_send failed");
+				return;
+			}
+			break;
+		}
+		if (rc == 0)
+			break;
+	}
+	pthread_mutex_unlock(&p->txlock);
+}
+
+/* ---- FANOUT ---------------------------------------------------------------------------------- */
+
+static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
+{
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint32_t fmax = ctx->ud_mtu - VBI_WIRE_HDR_LEN;
+	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
+	struct vbi_peer *targets[64];
+	unsigned nt = 0;
+	uint64_t seq;
+	int rc = 0;
+
+	pthread_mutex_lock(&ctx->ud_lock);
+	pthread_mutex_lock(&pub->lock);
+	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < 64; pp = pp->next_in_pub)
+		if (!pp->dead && !pp->peer->dead && pp->peer->ah)
+			targets[nt++] = pp->peer;
+	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt * nfrag) {
+		pthread_mutex_unlock(&pub->lock);
+		pthread_mutex_unlock(&ctx->ud_lock);
+		atomic_fetch_add(&ctx->st.backpressure, 1);
+		return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, "
+			       "%u needed)", pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n,
+			       nt * nfrag);
+	}
+	seq = ++pub->fanout_seq;
+	pthread_mutex_unlock(&pub->lock);
+
+	/* Lay the datagrams out in place: fragment i at i * mtu, each its own
+	 * header, moving the payload up from the back so nothing is clobbered. */
+	for (uint32_t i = nfrag; i-- > 0;) {
+		uint32_t foff = i * fmax;
+		uint32_t flen = m->len - foff < fmax ? m->len - foff : fmax;
+		uint8_t *dg = (uint8_t *)m->buf.addr + (size_t)i * ctx->ud_mtu;
+		struct vbi_wire_hdr h = {
+			.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
+			.seq = seq, .len = flen, .frag_off = foff, .msg_len = m->len,
+		};
+
+		if (!m->len)
+			flen = h.len = 0;
+		if (!foff)
+			h.flags |= VBI_WF_FIRST;
+		if (foff + flen == m->len)
+			h.flags |= VBI_WF_LAST;
+		memmove(dg + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN + foff, flen);
+		vbi_wire_put(dg, &h);
+	}
+	atomic_store(&m->refs, (int)(nt * nfrag) + 1);
+	for (unsigned t = 0; t < nt && !rc; t++) {
+		struct vbi_peer *p = targets[t];
+
+		for (uint32_t i = 0; i < nfrag; i++) {
+			uint32_t foff = i * fmax;
+			uint32_t flen = m->len - foff < fmax ? m->len - foff : fmax;
+			struct vbi_sctx *s = vbi_sring_take(&ctx->ud_sr);
+			struct vbt_sge sge = { (uintptr_t)m->buf.addr + (size_t)i * ctx->ud_mtu,
+					       VBI_WIRE_HDR_LEN + (m->len ? flen : 0), m->buf.lkey };
+			struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge,
+						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = p->ah,
+						  .remote_qpn = p->ud.qpn, .remote_qkey = p->ud.qkey };
+			const struct vbt_send_wr *bad;
+			bool last = t + 1 == nt && i + 1 == nfrag;
+
+			if (last || ++ctx->ud_sr.since_signal >= ctx->ud_sr.n / 4) {
+				wr.flags |= VBT_SEND_SIGNALED;
+				ctx->ud_sr.since_signal = 0;
+			}
+			if (sge.length <= ctx->ud_qp->cap.max_inline_data)
+				wr.flags |= VBT_SEND_INLINE;
+			s->ud_ref = m;
+			rc = vbt_post_send(ctx->ud_qp, &wr, &bad);
+			if (rc) {
+				s->ud_ref = NULL;
+				vbi_sring_untake(&ctx->ud_sr);
+				/* the rest of this message never leaves: drop its refs */
+				for (uint32_t k = t * nfrag + i; k < nt * nfrag; k++)
+					vbi_msg_put(ctx, m);
+				vbi_warn("'%s' seq %llu: datagram post failed: %s", pub->topic,
+					 (unsigned long long)seq, vbi_errmsg());
+				break;
+			}
+			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
+		}
+	}
+	pthread_mutex_unlock(&ctx->ud_lock);
+	vbi_msg_put(ctx, m); /* the publisher's own reference */
+	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
+	if (seq_out)
+		*seq_out = seq;
+	return 0; /* a failed post is loss the subscribers see as a gap */
+}
+
+/* ---- claim / commit / publish ---------------------------------------------------------------- */
+
+static int check_len(struct vb_pub *pub, size_t len)
+{
+	if (len > pub->node->ctx->attr.max_msg)
+		return vbi_err(-EMSGSIZE, "'%s': %zu bytes > max_msg %zu", pub->topic, len,
+			       pub->node->ctx->attr.max_msg);
+	return 0;
+}
+
+int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
+{
+	struct vb_ctx *ctx;
+	struct vbi_msg *m;
+	size_t need;
+	int rc;
+
+	if (!pub || !claim)
+		return vbi_err(-EINVAL, "NULL argument");
+	if ((rc = check_len(pub, len)))
+		return rc;
+	ctx = pub->node->ctx;
+	need = VBI_WIRE_HDR_LEN + len;
+	if (pub->cls == VB_FANOUT) {
+		/* room to lay every datagram out at an MTU stride */
+		uint32_t fmax = ctx->ud_mtu - VBI_WIRE_HDR_LEN;
+		size_t nfrag = len ? (len + fmax - 1) / fmax : 1;
+
+		need = nfrag * ctx->ud_mtu;
+		if (need > VBI_MEMPOOL_MAX_ALLOC)
+			return vbi_err(-EMSGSIZE, "'%s': %zu bytes need %zu datagrams", pub->topic,
+				       len, nfrag);
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return vbi_err(-ENOMEM, "message");
+	rc = vbi_mempool_alloc(ctx->pool, need, &m->buf);
+	if (rc) {
+		free(m);
+		if (rc == -EAGAIN)
+			atomic_fetch_add(&ctx->st.backpressure, 1);
+		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
+	}
+	atomic_init(&m->refs, 1);
+	claim->data = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
+	claim->len = len;
+	claim->priv_ = m;
+	return 0;
+}
+
+int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim)
+{
+	if (!pub || !claim || !claim->priv_)
+		return vbi_err(-EINVAL, "no claim to abort");
+	vbi_msg_put(pub->node->ctx, claim->priv_);
+	claim->priv_ = NULL;
+	return 0;
+}
+
+int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_out)
+{
+	struct vb_ctx *ctx;
+	struct vbi_msg *m;
+	struct vbi_peer *targets[64];
+	unsigned nt = 0;
+	struct vbi_wire_hdr h;
+	uint64_t seq;
+	int rc;
+
+	if (!pub || !claim || !claim->priv_)
+		return vbi_err(-EINVAL, "no claim to commit");
+	if (len > claim->len)
+		return vbi_err(-EINVAL, "commit of %zu bytes > %zu claimed", len, claim->len);
+	ctx = pub->node->ctx;
+	m = claim->priv_;
+	m->len = (uint32_t)len;
+	if (pub->cls == VB_FANOUT) {
+		rc = fanout_send(pub, m, seq_out);
+		if (rc == 0)
+			claim->priv_ = NULL;
+		return rc;
+	}
+	m->flags = VBI_WF_FIRST | VBI_WF_LAST;
+	if (pub->attr.ack_quorum)
+		m->flags |= VBI_WF_ACK_REQ;
+	pthread_mutex_lock(&pub->lock);
+	rc = vbi_txwin_push(&pub->win, m, m->len, &seq);
+	if (rc) {
+		uint32_t inflight = vbi_txwin_inflight(&pub->win);
+
+		pthread_mutex_unlock(&pub->lock);
+		atomic_fetch_add(&ctx->st.backpressure, 1);
+		return vbi_err(-EAGAIN, "'%s': retransmit window full (%u messages not yet "
+			       "acknowledged by every subscriber)", pub->topic, inflight);
+	}
+	m->seq = seq;
+	h = (struct vbi_wire_hdr){ .type = VBI_WT_DATA, .flags = m->flags, .session = pub->session,
+				   .topic = pub->topic_id, .seq = seq, .len = m->len,
+				   .msg_len = m->len };
+	vbi_wire_put(m->buf.addr, &h);
+	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < 64; pp = pp->next_in_pub)
+		if (!pp->dead)
+			targets[nt++] = pp->peer;
+	if (!nt)
+		pub_release(pub); /* nobody to wait for */
+	pthread_mutex_unlock(&pub->lock);
+	claim->priv_ = NULL;
+	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
+	/* Post now unless the queue is busy: then the progress thread batches
+	 * what accumulates when completions come back (no added latency when
+	 * idle, fewer and fuller SENDs under load). */
+	for (unsigned t = 0; t < nt; t++) {
+		struct vbi_peer *p = targets[t];
+
+		if (__atomic_load_n(&p->sr.outstanding, __ATOMIC_RELAXED) < p->sr.n / 2)
+			vbi_peer_flush(p);
+	}
+	if (seq_out)
+		*seq_out = seq;
+	return 0;
+}
+
+int vb_publish(vb_pub_t *pub, const void *data, size_t len, uint64_t *seq)
+{
+	vb_claim_t c;
+	int rc;
+
+	if (!pub || (len && !data))
+		return vbi_err(-EINVAL, "vb_publish: NULL argument");
+	rc = vb_pub_claim(pub, len, &c);
+	if (rc)
+		return rc;
+	if (len)
+		memcpy(c.data, data, len);
+	rc = vb_pub_commit(pub, &c, len, seq);
+	if (rc)
+		vb_pub_abort(pub, &c);
+	return rc;
+}
+
+/* ---- waiting for k-of-n ------------------------------------------------------------------------ */
+
+static unsigned acked_by(struct vb_pub *pub, uint64_t seq)
+{
+	unsigned n = 0;
+
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+		n += !pp->dead && pp->joined < seq && pp->acked >= seq;
+	return n;
+}
+
+int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms)
+{
+	struct vb_ctx *ctx;
+	struct timespec dl;
+	int rc = 0;
+
+	if (!pub)
+		return vbi_err(-EINVAL, "NULL publisher");
+	if (pub->cls != VB_ORDERED || !pub->attr.ack_quorum)
+		return vbi_err(-EINVAL, "'%s' has no acknowledgement quorum", pub->topic);
+	ctx = pub->node->ctx;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&pub->lock);
+	while (acked_by(pub, seq) < pub->attr.ack_quorum) {
+		if (ctx->thread_running) {
+			rc = pthread_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
+		} else {
+			struct timespec now;
+
+			pthread_mutex_unlock(&pub->lock);
+			vb_progress(ctx);
+			pthread_mutex_lock(&pub->lock);
+			clock_gettime(CLOCK_REALTIME, &now);
+			if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec))
+				rc = ETIMEDOUT;
+		}
+		if (rc == ETIMEDOUT) {
+			unsigned have = acked_by(pub, seq);
+
+			pthread_mutex_unlock(&pub->lock);
+			return vbi_err(-ETIMEDOUT, "'%s' seq %llu: %u of %u acknowledgements after %d ms "
+				       "(%u subscribers)", pub->topic, (unsigned long long)seq, have,
+				       pub->attr.ack_quorum, timeout_ms, pub->npeers);
+		}
+	}
+	pthread_mutex_unlock(&pub->lock);
+	return 0;
+}
+
+/* ---- create / destroy --------------------------------------------------------------------------- */
+
+static int check_topic(const char *topic)
+{
+	size_t n;
+
+	if (!topic)
+		return vbi_err(-EINVAL, "NULL topic");
+	n = strlen(topic);
+	if (!n || n > VBI_TOPIC_MAX)
+		return vbi_err(-EINVAL, "topic '%s': 1..%d bytes", topic, VBI_TOPIC_MAX);
+	return 0;
+}
+
+int vbi_check_topic(const char *topic)
+{
+	return check_topic(topic);
+}
+
+int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_pub_attr_t *attr,
+		  vb_pub_t **out)
+{
+	struct vb_pub *pub;
+	vb_pub_attr_t def;
+	int rc;
+
+	if (!node || !out)
+		return vbi_err(-EINVAL, "vb_pub_create: NULL argument");
+	*out = NULL;
+	if ((rc = check_topic(topic)))
+		return rc;
+	if (cls != VB_ORDERED && cls != VB_FANOUT)
+		return vbi_err(-EINVAL, "class %d unknown", (int)cls);
+	if (!attr) {
+		vb_pub_attr_init(&def);
+		attr = &def;
+	}
+	if (attr->size < sizeof(*attr))
+		return vbi_err(-EINVAL, "vb_pub_attr_t not initialized with vb_pub_attr_init()");
+	if (attr->ack_quorum && cls != VB_ORDERED)
+		return vbi_err(-EINVAL, "ack_quorum needs VB_ORDERED");
+	pub = calloc(1, sizeof(*pub));
+	if (!pub)
+		return vbi_err(-ENOMEM, "publisher");
+	pub->node = node;
+	snprintf(pub->topic, sizeof(pub->topic), "%s", topic);
+	pub->topic_id = vbi_topic_id(topic);
+	pub->cls = cls;
+	pub->attr = *attr;
+	pub->session = random_session();
+	pthread_mutex_init(&pub->lock, NULL);
+	pthread_cond_init(&pub->acked_cv, NULL);
+	if (cls == VB_ORDERED && (rc = vbi_txwin_init(&pub->win, node->ctx->attr.window, 1))) {
+		free(pub);
+		return rc;
+	}
+	pthread_rwlock_wrlock(&node->lock);
+	for (struct vb_pub *o = node->pubs; o; o = o->next)
+		if (o->topic_id == pub->topic_id) {
+			pthread_rwlock_unlock(&node->lock);
+			vbi_txwin_fini(&pub->win);
+			free(pub);
+			return vbi_err(-EEXIST, "node '%s' already publishes '%s'%s", node->name,
+				       topic, strcmp(o->topic, topic) ? " (topic id collision)" : "");
+		}
+	pub->next = node->pubs;
+	node->pubs = pub;
+	/* subscribers already known */
+	for (struct vbi_peer *p = node->peers; p; p = p->next)
+		for (struct vbi_rsub *r = p->rsubs; r; r = r->next)
+			if (r->topic == pub->topic_id && r->cls == (uint8_t)cls)
+				vbi_pub_attach(pub, p);
+	pthread_rwlock_unlock(&node->lock);
+	*out = pub;
+	return 0;
+}
+
+int vb_pub_subscribers(vb_pub_t *pub)
+{
+	int n = 0;
+
+	if (!pub)
+		return vbi_err(-EINVAL, "NULL publisher");
+	pthread_mutex_lock(&pub->lock);
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+		n += !pp->dead;
+	pthread_mutex_unlock(&pub->lock);
+	return n;
+}
+
+int vb_pub_destroy(vb_pub_t *pub)
+{
+	struct vb_node *node;
+
+	if (!pub)
+		return 0;
+	node = pub->node;
+	pthread_rwlock_wrlock(&node->lock);
+	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
+		if (*pp == pub) {
+			*pp = pub->next;
+			break;
+		}
+	while (pub->peers) {
+		struct vbi_pubpeer *pp = pub->peers;
+
+		pub->peers = pp->next_in_pub;
+		if (pub->cls == VB_ORDERED)
+			detach_pp(pp);
+		free(pp);
+	}
+	pthread_rwlock_unlock(&node->lock);
+	if (pub->cls == VB_ORDERED) {
+		vbi_txwin_drain(&pub->win, release_msg, node->ctx);
+		vbi_txwin_fini(&pub->win);
+	}
+	pthread_cond_destroy(&pub->acked_cv);
+	pthread_mutex_destroy(&pub->lock);
+	free(pub);
+	return 0;
+}

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Subscribers: per publisher session, sequence tracking (duplicates, gaps,
+ * late join) and reassembly, then delivery to the application callback.
+ * Everything here runs in the progress context with node->lock held for
+ * reading, except create/destroy (node->lock held for writing).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+
+void vb_sub_attr_init(vb_sub_attr_t *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+}
+
+struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id)
+{
+	if (!node)
+		return NULL;
+	for (struct vb_sub *s = node->subs; s; s = s->next)
+		if (s->topic_id == topic_id)
+			return s;
+	return NULL;
+}
+
+/* Reassembly buffers: plain heap memory, bounded by max_msg per stream
+ * (the wire parser refused any larger msg_len). */
+static void *reasm_alloc(size_t len, void *arg)
+{
+	(void)arg;
+	return malloc(len ? len : 1);
+}
+
+static void reasm_free(void *buf, void *arg)
+{
+	(void)arg;
+	free(buf);
+}
+
+static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session)
+{
+	struct vbi_rxs *r;
+
+	for (r = sub->streams; r; r = r->next)
+		if (r->session == session && r->peer == peer)
+			return r;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->peer = peer;
+	r->session = session;
+	r->topic = sub->topic_id;
+	vbi_rx_init(&r->rx, sub->cls == VB_ORDERED ? VBI_RX_ORDERED : VBI_RX_FANOUT);
+	vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
+	r->next = sub->streams;
+	sub->streams = r;
+	atomic_fetch_add(&sub->publishers, 1);
+	return r;
+}
+
+static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uint64_t next)
+{
+	struct vb_ctx *ctx = sub->node->ctx;
+
+	atomic_fetch_add(&sub->gaps, 1);
+	atomic_fetch_add(&sub->lost, lost);
+	atomic_fetch_add_explicit(&ctx->st.gaps, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st.lost, lost, memory_order_relaxed);
+	if (sub->attr.on_gap)
+		sub->attr.on_gap(sub, r->session, lost, next, sub->attr.arg);
+}
+
+static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
+		    const void *data, size_t len)
+{
+	struct vb_ctx *ctx = sub->node->ctx;
+	uint64_t lost = 0;
+	enum vbi_rx_verdict v = vbi_rx_accept(&r->rx, h->session, h->epoch, h->seq, &lost);
+	vb_msg_t msg;
+
+	switch (v) {
+	case VBI_RX_DUPLICATE:
+		atomic_fetch_add(&sub->duplicates, 1);
+		atomic_fetch_add_explicit(&ctx->st.duplicates, 1, memory_order_relaxed);
+		return;
+	case VBI_RX_AHEAD:
+		/* RC delivers in order: a hole means a protocol fault upstream. */
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "",
+			  "'%s' seq %llu arrived, %llu expected: dropped", sub->topic,
+			  (unsigned long long)h->seq, (unsigned long long)r->rx.next);
+		return;
+	case VBI_RX_GAP:
+		report_gap(sub, r, lost, h->seq);
+		break;
+	case VBI_RX_DELIVER:
+		break;
+	}
+	msg.data = data;
+	msg.len = len;
+	msg.seq = h->seq;
+	msg.publisher = h->session;
+	msg.epoch = h->epoch;
+	msg.topic = sub->topic;
+	atomic_fetch_add(&sub->delivered, 1);
+	atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
+	sub->attr.on_msg(sub, &msg, sub->attr.arg);
+	if (r->peer) {
+		/* ORDERED: acknowledge (urgently when the publisher asked). */
+		struct vbi_peer *p = r->peer;
+
+		if (h->flags & VBI_WF_ACK_REQ)
+			r->ack_urgent = true;
+		if (!r->in_dirty) {
+			r->in_dirty = true;
+			r->next_dirty = p->dirty;
+			p->dirty = r;
+		}
+		p->delivered_since_ack++;
+	}
+}
+
+void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
+		  const void *payload)
+{
+	struct vbi_rxs *r = stream_get(sub, peer, h->session);
+	void *whole;
+	int rc;
+
+	if (!r) {
+		vbi_error("'%s': out of memory for a new publisher stream", sub->topic);
+		return;
+	}
+	if (h->type == VBI_WT_HEARTBEAT) {
+		/* FANOUT tail: h->seq was the publisher's last message. */
+		if (r->rx.started && h->seq >= r->rx.next) {
+			uint64_t lost = h->seq - r->rx.next + 1;
+
+			r->rx.next = h->seq + 1;
+			r->rx.st.lost += lost;
+			r->rx.st.gap_events++;
+			report_gap(sub, r, lost, h->seq + 1);
+		}
+		return;
+	}
+	if ((h->flags & (VBI_WF_FIRST | VBI_WF_LAST)) == (VBI_WF_FIRST | VBI_WF_LAST)) {
+		deliver(sub, r, h, payload, h->len);
+		return;
+	}
+	rc = vbi_reasm_push(&r->reasm, h, payload, &whole);
+	if (rc == 1) {
+		deliver(sub, r, h, whole, h->msg_len);
+		reasm_free(whole, NULL);
+	} else if (rc == -EAGAIN) {
+		vbi_error("'%s' seq %llu: no memory to reassemble %u bytes", sub->topic,
+			  (unsigned long long)h->seq, h->msg_len);
+	}
+	/* -EPROTO: a stray fragment after a lost one (FANOUT); the message
+	 * shows up as a gap when the next one arrives. */
+}
+
+static int send_unsub(struct vbi_peer *p, uint32_t topic)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN];
+	struct vbi_wire_hdr h = { .type = VBI_WT_UNSUB, .topic = topic };
+	int rc;
+
+	vbi_wire_put(buf, &h);
+	pthread_mutex_lock(&p->txlock);
+	rc = vbi_peer_send_ctrl(p, buf, sizeof(buf));
+	pthread_mutex_unlock(&p->txlock);
+	return rc;
+}
+
+int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_sub_attr_t *attr,
+		  vb_sub_t **out)
+{
+	struct vb_sub *sub;
+	int rc;
+
+	if (!node || !attr || !out)
+		return vbi_err(-EINVAL, "vb_sub_create: NULL argument");
+	*out = NULL;
+	if (attr->size < sizeof(*attr) || !attr->on_msg)
+		return vbi_err(-EINVAL, "vb_sub_attr_t needs vb_sub_attr_init() and on_msg");
+	if ((rc = vbi_check_topic(topic)))
+		return rc;
+	if (cls != VB_ORDERED && cls != VB_FANOUT)
+		return vbi_err(-EINVAL, "class %d unknown", (int)cls);
+	sub = calloc(1, sizeof(*sub));
+	if (!sub)
+		return vbi_err(-ENOMEM, "subscriber");
+	sub->node = node;
+	snprintf(sub->topic, sizeof(sub->topic), "%s", topic);
+	sub->topic_id = vbi_topic_id(topic);
+	sub->cls = cls;
+	sub->attr = *attr;
+	pthread_rwlock_wrlock(&node->lock);
+	if (vbi_sub_find(node, sub->topic_id)) {
+		pthread_rwlock_unlock(&node->lock);
+		free(sub);
+		return vbi_err(-EEXIST, "node '%s' already subscribes to '%s' (or a topic with the "
+			       "same id)", node->name, topic);
+	}
+	sub->next = node->subs;
+	node->subs = sub;
+	for (struct vbi_peer *p = node->peers; p; p = p->next)
+		if (p->up && p->hello_sent && !p->subs_pending && vbi_peer_send_subs(p, sub))
+			p->subs_pending = true;
+	pthread_rwlock_unlock(&node->lock);
+	*out = sub;
+	return 0;
+}
+
+int vb_sub_stats(vb_sub_t *sub, vb_sub_stats_t *st)
+{
+	if (!sub || !st)
+		return vbi_err(-EINVAL, "NULL argument");
+	st->delivered = atomic_load(&sub->delivered);
+	st->duplicates = atomic_load(&sub->duplicates);
+	st->gaps = atomic_load(&sub->gaps);
+	st->lost = atomic_load(&sub->lost);
+	st->publishers = atomic_load(&sub->publishers);
+	return 0;
+}
+
+int vb_sub_destroy(vb_sub_t *sub)
+{
+	struct vb_node *node;
+
+	if (!sub)
+		return 0;
+	node = sub->node;
+	pthread_rwlock_wrlock(&node->lock);
+	for (struct vb_sub **pp = &node->subs; *pp; pp = &(*pp)->next)
+		if (*pp == sub) {
+			*pp = sub->next;
+			break;
+		}
+	while (sub->streams) {
+		struct vbi_rxs *r = sub->streams;
+
+		sub->streams = r->next;
+		if (r->in_dirty && r->peer)
+			for (struct vbi_rxs **d = &r->peer->dirty; *d; d = &(*d)->next_dirty)
+				if (*d == r) {
+					*d = r->next_dirty;
+					break;
+				}
+		vbi_reasm_fini(&r->reasm);
+		free(r);
+	}
+	for (struct vbi_peer *p = node->peers; p; p = p->next)
+		if (p->up && !p->dead)
+			send_unsub(p, sub->topic_id);
+	pthread_rwlock_unlock(&node->lock);
+	free(sub);
+	return 0;
+}

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internals of the pub/sub layer (the api/src C files only).
+ *
+ * Objects and who touches them:
+ *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
+ *              endpoint (FANOUT), the progress engine.
+ *   vb_node    listener + accept thread, its peers, publishers, subscribers.
+ *              node->lock (rwlock) guards the lists; the progress thread
+ *              takes it for reading once per batch of completions.
+ *   vbi_peer   one RC connection to another node: recv slots, send
+ *              contexts (a ring the size of the SQ), credits, the remote
+ *              node's UD address and subscriptions.
+ *              peer->txlock serializes everything that posts sends on it.
+ *   vb_pub     ORDERED: a retransmit window (core/stream) shared by its
+ *              subscriber peers, each with a cursor (vbi_pubpeer).
+ *              FANOUT: a sequence and the list of subscriber peers.
+ *              pub->lock guards the window and the cursors.
+ *   vb_sub     per publisher session: sequence tracking + reassembly.
+ *              Touched only by the progress context (and destroy, after
+ *              it has been unlinked under node->lock held for writing).
+ *
+ * Lock order: ctx->ud_lock -> pub->lock; node->lock -> peer->txlock ->
+ * pub->lock. A publisher thread takes pub->lock, drops it, then
+ * peer->txlock (never pub->lock first while holding it). Callbacks run with node->lock held for reading only, so a
+ * callback may publish but must not create or destroy pubs/subs/nodes.
+ */
+#ifndef VERBUS_API_VB_INT_H
+#define VERBUS_API_VB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <verbus/verbus.h>
+
+#include "core/mempool.h"
+#include "core/sizing.h"
+#include "core/stream.h"
+#include "core/wire.h"
+#include "transport/transport.h"
+
+#define VBI_TOPIC_MAX 63
+#define VBI_NAME_MAX 32
+#define VBI_HELLO_VERSION 1
+#define VBI_UD_GRH 40
+
+struct vbi_peer;
+struct vb_pub;
+struct vb_sub;
+
+/* wr_id of every posted WR points at a struct starting with this. */
+enum vbi_wr_kind {
+	VBI_WR_RC_RECV = 1,
+	VBI_WR_RC_SEND,
+	VBI_WR_UD_RECV,
+	VBI_WR_UD_SEND,
+};
+
+/* A receive slot: one registered buffer, posted again after use. */
+struct vbi_slot {
+	uint8_t kind;
+	struct vbi_peer *peer;   /* RC; NULL for UD */
+	struct vbi_buf buf;
+};
+
+/* An ORDERED message in the retransmit window: [wire header | payload]. */
+struct vbi_msg {
+	atomic_int refs;         /* window + send contexts still pointing at it */
+	struct vbi_buf buf;
+	uint32_t len;            /* payload bytes */
+	uint16_t flags;          /* wire flags of the whole message */
+	uint64_t seq;
+};
+
+/* A send context: one per SQ entry. Batches are built in @buf; fragments
+ * of large messages use @hdr (registered) + a slice of @msg. */
+struct vbi_sctx {
+	uint8_t kind;
+	bool signaled;
+	struct vbi_peer *peer;   /* RC; NULL for UD */
+	struct vbi_buf buf;      /* batch buffer (slot_size) */
+	struct vbi_msg *msg;     /* ref held for a zero-copy fragment */
+	void *ud_ref;            /* UD: struct vbi_udmsg ref */
+	uint8_t *hdr;            /* 64 registered bytes for a fragment header */
+	uint32_t hdr_lkey;
+};
+
+/* A ring of send contexts the size of the SQ; completions are in order,
+ * so a completion for entry i releases every entry up to i. */
+struct vbi_sring {
+	struct vbi_sctx *ctx;
+	uint32_t n;              /* entries (== SQ depth) */
+	uint32_t head;           /* next to post */
+	uint32_t tail;           /* oldest outstanding */
+	uint32_t outstanding;
+	uint32_t since_signal;
+	struct vbi_buf hdr_area; /* n x 64 bytes */
+};
+
+/* A publisher's view of one subscriber peer. */
+struct vbi_pubpeer {
+	struct vbi_pubpeer *next_in_pub;
+	struct vbi_pubpeer *next_in_peer;
+	struct vb_pub *pub;
+	struct vbi_peer *peer;
+	uint64_t sent;           /* ORDERED: highest seq framed to this peer */
+	uint64_t acked;          /* ORDERED: highest seq it acknowledged */
+	uint64_t joined;         /* seq before its first message */
+	uint32_t frag_sent;      /* ORDERED: bytes of message sent+1 already framed */
+	bool dead;
+};
+
+/* A remote subscription (what a peer asked us for). */
+struct vbi_rsub {
+	struct vbi_rsub *next;
+	uint32_t topic;
+	uint8_t cls;
+};
+
+/* Per-(publisher session) receive state inside a subscriber. */
+struct vbi_rxs {
+	struct vbi_rxs *next;
+	struct vbi_peer *peer;   /* ORDERED: the connection it arrives on */
+	uint32_t session;
+	uint32_t topic;
+	struct vbi_rxstream rx;
+	struct vbi_reasm reasm;
+	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged */
+	bool ack_urgent;
+	struct vbi_rxs *next_dirty; /* peer's list of streams to acknowledge */
+	bool in_dirty;
+};
+
+struct vbi_peer {
+	struct vbi_peer *next;
+	struct vb_node *node;
+	char name[VBI_NAME_MAX];
+	struct vbt_qp *qp;
+	struct vbt_conn *conn;
+	bool up;                 /* HELLO received, QP healthy */
+	bool dead;               /* error seen: no more posts */
+	bool closing;
+
+	pthread_mutex_t txlock;
+	struct vbi_sring sr;
+	uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
+	uint64_t returned_total; /* slots the remote gave back */
+	uint32_t remote_slots;   /* from HELLO */
+	uint32_t remote_slot_size;
+	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
+	struct vbi_pubpeer *rr;   /* round-robin cursor */
+	bool hello_sent;
+	bool subs_pending;       /* our SUBs still to be (re)sent */
+
+	/* receive side (progress context only) */
+	struct vbi_slot *slots;
+	uint32_t nslots;
+	atomic_uint posted_recvs; /* outstanding receive WRs */
+	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
+	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
+	uint64_t delivered_since_ack;
+
+	/* the remote node */
+	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) */
+	struct vbt_ah *ah;       /* towards its UD QP */
+	struct vbi_rsub *rsubs;  /* its subscriptions (node->lock) */
+};
+
+struct vb_pub {
+	struct vb_pub *next;
+	struct vb_node *node;
+	char topic[VBI_TOPIC_MAX + 1];
+	uint32_t topic_id;
+	vb_class_t cls;
+	uint32_t session;
+	vb_pub_attr_t attr;
+
+	pthread_mutex_t lock;
+	pthread_cond_t acked_cv;
+	struct vbi_txwin win;      /* ORDERED */
+	uint64_t fanout_seq;       /* FANOUT: last sequence used */
+	struct vbi_pubpeer *peers; /* subscriber peers */
+	unsigned npeers;
+	uint64_t quorum_seq;       /* k-of-n acknowledged */
+};
+
+struct vb_sub {
+	struct vb_sub *next;
+	struct vb_node *node;
+	char topic[VBI_TOPIC_MAX + 1];
+	uint32_t topic_id;
+	vb_class_t cls;
+	vb_sub_attr_t attr;
+	struct vbi_rxs *streams;   /* progress context only */
+	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers;
+};
+
+struct vb_node {
+	struct vb_node *next;
+	struct vb_ctx *ctx;
+	char name[VBI_NAME_MAX];
+	pthread_rwlock_t lock;
+	struct vbi_peer *peers;
+	struct vb_pub *pubs;
+	struct vb_sub *subs;
+	unsigned npeers_up;
+
+	struct vbt_listener *listener;
+	pthread_t accept_thread;
+	bool accepting;
+	atomic_bool stop;
+	uint16_t port;
+};
+
+struct vb_ctx {
+	vb_ctx_attr_t attr;
+	const struct vbt_ops *ops;
+	struct vbt_dev *dev;
+	struct vbt_pd *pd;
+	struct vbi_mempool *pool;
+	struct vbt_cq *cq;
+	struct vbt_conn_param cp;
+	struct vbi_sizing_out sz;
+	uint32_t ud_mtu;           /* datagram payload bytes (path MTU) */
+
+	/* UD endpoint (FANOUT) */
+	struct vbt_qp *ud_qp;
+	struct vbt_peer ud_local;
+	pthread_mutex_t ud_lock;   /* posting on the UD QP */
+	struct vbi_sring ud_sr;
+	struct vbi_slot *ud_slots;
+	uint32_t ud_nslots;
+	uint32_t ud_posted;
+
+	/* progress */
+	pthread_t thread;
+	bool thread_running;
+	atomic_bool stop;
+	pthread_mutex_t progress_lock;
+
+	pthread_mutex_t lock;      /* node list, peer count */
+	struct vb_node *nodes;
+	unsigned npeers;
+
+	struct {
+		atomic_uint_fast64_t published, delivered, duplicates, gaps, lost, malformed;
+		atomic_uint_fast64_t sends_posted, frames_sent, batched_frames, inline_sends;
+		atomic_uint_fast64_t backpressure, acks_sent, acks_received;
+	} st;
+};
+
+/* ctx.c */
+int vbi_progress_once(struct vb_ctx *ctx);
+void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+uint32_t vbi_topic_id(const char *name);
+int vbi_sring_init(struct vb_ctx *ctx, struct vbi_sring *sr, uint32_t n, uint8_t kind,
+		   struct vbi_peer *peer, bool batch_bufs);
+void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
+struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
+void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
+void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
+
+void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
+
+/* node.c */
+int vbi_peer_post(struct vbi_peer *p, struct vbi_sctx *s, uint32_t len, bool last);
+void vbi_sring_untake(struct vbi_sring *sr);
+int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
+void vbi_peer_rc_recv(struct vbi_peer *peer, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+void vbi_peer_failed(struct vbi_peer *peer, const char *why);
+int vbi_peer_send_ctrl(struct vbi_peer *peer, const void *frames, uint32_t len);
+void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
+
+/* pub.c */
+void vbi_peer_flush(struct vbi_peer *peer);
+void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
+void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer);
+void vbi_pub_detach_peer(struct vbi_peer *peer);
+void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
+
+int vbi_check_topic(const char *topic);
+
+/* sub.c */
+struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);
+void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
+		  const void *payload);
+
+#endif
