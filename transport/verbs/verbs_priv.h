@@ -27,6 +27,11 @@ struct vbv_dev {
 	pthread_t ev_thread;
 	int stop_fd;             /* eventfd that wakes the event thread */
 	uint64_t events;         /* async events seen (event thread only) */
+	/* Bumped (release) after a QP or CQ is fully built; the event thread
+	 * loads it (acquire) before following an event's qp_context /
+	 * cq_context. The kernel cannot report an object before it exists, so
+	 * this only makes that ordering explicit (and visible to TSan). */
+	unsigned long published;
 };
 
 struct vbv_pd {

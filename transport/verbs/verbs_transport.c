@@ -128,6 +128,7 @@ static void ev_deliver(struct vbv_dev *vd, struct ibv_async_event *e)
 {
 	struct vbt_event ev = { .raw = (int)e->event_type, .dev = &vd->core };
 
+	(void)__atomic_load_n(&vd->published, __ATOMIC_ACQUIRE);
 	ev.type = ev_from_ibv(e->event_type);
 	switch (ev.type) {
 	case VBT_EV_QP_FATAL:
@@ -551,6 +552,7 @@ static int v_cq_create(struct vbt_dev *dev, const struct vbt_cq_attr *attr, stru
 	c->core.cqe = c->cq->cqe;
 	c->core.has_channel = !!c->ch;
 	c->core.user_ctx = attr->user_ctx;
+	__atomic_fetch_add(&vd->published, 1, __ATOMIC_RELEASE);
 	*out = &c->core;
 	return 0;
 
@@ -725,6 +727,7 @@ static int v_qp_create(struct vbt_pd *pd, const struct vbt_qp_init_attr *attr, s
 	q->core.user_ctx = attr->user_ctx;
 	q->core.state = VB_QPS_RESET;
 	q->core.mirror = &q->mirror;
+	__atomic_fetch_add(&to_vdev(pd->dev)->published, 1, __ATOMIC_RELEASE);
 	*out = &q->core;
 	return 0;
 }
