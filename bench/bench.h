@@ -11,4 +11,14 @@
  * ibv_reg_mr cost, registrations over 1M mixed-size messages. */
 int vb_bench_mempool(int argc, char **argv);
 
+/* QP lifecycle: create / RESET->INIT / INIT->RTR / RTR->RTS / destroy
+ * p50/p99, cold vs pre-warmed pool vs recycled (bench_lifecycle.c). */
+int vb_bench_lifecycle(int argc, char **argv);
+
+/* Pub/sub API between processes (bench_pubsub.c): ping-pong latency,
+ * one-way throughput, 1 -> N fan-out. */
+int vb_bench_lat(int argc, char **argv);
+int vb_bench_bw(int argc, char **argv);
+int vb_bench_fanout(int argc, char **argv);
+
 #endif

@@ -17,6 +17,11 @@ static int usage(FILE *f)
 	fprintf(f, "usage: vb_bench <subcommand> [options]\n"
 		   "  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
 		   "  mempool [--no-device]   registered slab pool vs malloc and per-message ibv_reg_mr\n"
+		   "  lifecycle [--device NAME] [--qps N]   QP bring-up/teardown: cold vs pool vs recycled\n"
+		   "  lat    [--class ordered|fanout] [--size N,...] [--count N] [--rate R]   ping-pong\n"
+		   "  bw     [--class ordered|fanout] [--size N,...] [--count N]   one-way throughput\n"
+		   "  fanout [--class fanout|ordered] [--size N,...] [--count N] [--subs N]\n"
+		   "         (lat/bw/fanout: --ip ADDR of the device, default 10.77.0.1; --json FILE)\n"
 		   "environment: VERBUS_DEVICE (default device)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -48,6 +53,14 @@ int main(int argc, char **argv)
 		return usage(stderr);
 	if (!strcmp(argv[1], "smoke"))
 		return cmd_smoke(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "lifecycle"))
+		return vb_bench_lifecycle(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "lat"))
+		return vb_bench_lat(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "bw"))
+		return vb_bench_bw(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "fanout"))
+		return vb_bench_fanout(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "mempool"))
 		return vb_bench_mempool(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))

@@ -50,6 +50,7 @@ struct vbi_qpe {
 
 	pthread_mutex_t lock; /* gate, slots, incarnation, posting */
 	int gate;
+	bool drained;         /* fail() completed; posting paused since */
 	uint32_t inc;         /* written under lock; read atomically by pollers */
 	struct qpe_slot *slots;
 	uint32_t nslots, free_head;
@@ -559,6 +560,9 @@ int vbi_qpe_fail(struct vbi_qpe *q, int timeout_ms)
 		if (!n)
 			pause_ns(20000);
 	}
+	pthread_mutex_lock(&q->lock);
+	q->drained = q->gate != GATE_OPEN;
+	pthread_mutex_unlock(&q->lock);
 	ADD(q->drains, 1);
 	__atomic_store_n(&q->last_drain_ns, now_ns() - t0, __ATOMIC_RELAXED);
 	rc = (int)(LOAD(q->ok) + LOAD(q->flush) + LOAD(q->err) - base);
@@ -586,6 +590,7 @@ static int park_from_reset(struct vbi_qpe *q, const struct vbt_conn_param *p)
 	pthread_mutex_lock(&q->lock);
 	if (q->gate == GATE_PAUSED)
 		q->gate = GATE_OPEN;
+	q->drained = false;
 	rc = q->gate == GATE_CLOSED ? vbi_err(-ESHUTDOWN, "QP %u closed while parking", q->qp->qpn)
 				    : 0;
 	pthread_mutex_unlock(&q->lock);
@@ -603,14 +608,21 @@ int vbi_qpe_reset(struct vbi_qpe *q, const struct vbt_conn_param *p, int timeout
 {
 	int rc;
 
+	bool drained;
+
 	pthread_mutex_lock(&q->lock);
 	rc = q->gate == GATE_CLOSED ? -ESHUTDOWN : 0;
+	/* Already drained in this state (e.g. retire, then pool release):
+	 * posting stayed paused since, so there is nothing new to flush. */
+	drained = q->drained && q->gate == GATE_PAUSED;
 	pthread_mutex_unlock(&q->lock);
 	if (rc)
 		return vbi_err(rc, "QP %u is closed", q->qp->qpn);
-	rc = vbi_qpe_fail(q, timeout_ms);
-	if (rc < 0)
-		return rc;
+	if (!drained || vbt_qp_state(q->qp) != VB_QPS_ERR) {
+		rc = vbi_qpe_fail(q, timeout_ms);
+		if (rc < 0)
+			return rc;
+	}
 	if (outstanding(q))
 		return vbi_err(-EBUSY, "QP %u: %u WRs outstanding after the drain", q->qp->qpn,
 			       outstanding(q));
