@@ -143,6 +143,14 @@ static int check_attr(const vb_ctx_attr_t *a)
 
 /* ---- small shared helpers ---------------------------------------------------- */
 
+uint64_t vbi_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 uint32_t vbi_topic_id(const char *name)
 {
 	uint32_t h = 2166136261u; /* FNV-1a */
@@ -425,6 +433,14 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		}
 	}
 	for_each_peer_after_poll(ctx, n == 0);
+	if (n == 0) {
+		uint64_t now = vbi_now_ms();
+
+		if (now - ctx->last_hb_ms >= 20) {
+			ctx->last_hb_ms = now;
+			vbi_pub_heartbeats(ctx, now);
+		}
+	}
 	return n;
 }
 

@@ -518,62 +518,93 @@ void vbi_peer_rc_recv(struct vbi_peer *p, struct vbi_slot *slot, uint32_t byte_l
 		vbi_peer_failed(p, "receive repost failed");
 		return;
 	}
+	pthread_mutex_lock(&p->txlock);
 	p->to_return++;
+	p->last_rx_ms = vbi_now_ms();
+	pthread_mutex_unlock(&p->txlock);
 }
 
-/* After each poll: acknowledge deliveries and return credits when due, then
- * flush queued data. node->lock held for reading (so subscribers, whose
- * streams sit on the dirty list, cannot go away meanwhile). */
+/*
+ * Acknowledgements owed to @p, as ACK frames into @buf (at most @cap bytes):
+ * one cumulative ACK per stream with news, the credits to return in the
+ * first. Nothing changes until vbi_peer_acks_sent() (the SEND may fail).
+ * txlock held. Returns the bytes written (0 when nothing is owed) and in
+ * *@upto the first dirty stream not included.
+ */
+uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
+			     struct vbi_rxs **upto)
+{
+	struct vbi_rxs *r = p->dirty;
+	uint32_t off = 0;
+
+	*upto = r;
+	if (!r && !p->to_return)
+		return 0;
+	do {
+		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+
+		if (off + VBI_WIRE_HDR_LEN > cap)
+			break;
+		if (r) {
+			h.session = r->session;
+			h.topic = r->topic;
+			h.seq = r->rx.next - 1;
+			r = r->next_dirty;
+		}
+		if (!off)
+			h.frag_off = p->to_return;
+		vbi_wire_put(buf + off, &h);
+		off += VBI_WIRE_HDR_LEN;
+	} while (r);
+	*upto = r;
+	return off;
+}
+
+/* The ACKs built by vbi_peer_build_acks() were posted. txlock held. */
+void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto)
+{
+	p->to_return = 0;
+	p->delivered_since_ack = 0;
+	while (p->dirty && p->dirty != upto) {
+		struct vbi_rxs *d = p->dirty;
+
+		p->dirty = d->next_dirty;
+		d->in_dirty = false;
+		d->ack_urgent = false;
+		d->acked_sent = d->rx.next - 1;
+	}
+	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
+}
+
+/*
+ * After each poll: flush queued data first (ACKs ride along in its batches),
+ * then send a standalone ACK only when one is really due: the publisher
+ * asked (k-of-n), a quarter of the slots wait to be returned, 256 messages
+ * went unacknowledged, or nothing has arrived for a millisecond. node->lock
+ * held for reading (so subscribers, whose streams sit on the dirty list,
+ * cannot go away meanwhile).
+ */
 void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
-	struct vb_ctx *ctx = p->node->ctx;
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
-	bool urgent = false;
+	struct vbi_rxs *upto;
+	bool urgent = false, due;
+	uint32_t len;
 
 	if (p->dead || p->closing || !p->hello_sent)
 		return;
 	if (p->subs_pending && p->up)
 		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
+	vbi_peer_flush(p);
+	pthread_mutex_lock(&p->txlock);
 	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
 		urgent |= r->ack_urgent;
-	if (urgent || p->to_return >= p->nslots / 4 || p->delivered_since_ack >= 256 ||
-	    (idle && (p->dirty || p->to_return))) {
-		struct vbi_rxs *r = p->dirty;
-		uint32_t off = 0;
-
-		pthread_mutex_lock(&p->txlock);
-		/* One cumulative ACK per stream with news (up to 64 per SEND);
-		 * the credits to return ride in the first frame's frag_off. */
-		do {
-			struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
-
-			if (r) {
-				h.session = r->session;
-				h.topic = r->topic;
-				h.seq = r->rx.next - 1;
-				r = r->next_dirty;
-			}
-			if (!off)
-				h.frag_off = p->to_return;
-			vbi_wire_put(buf + off, &h);
-			off += VBI_WIRE_HDR_LEN;
-		} while (r && off + VBI_WIRE_HDR_LEN <= sizeof(buf));
-		if (vbi_peer_send_ctrl(p, buf, off) == 0) {
-			p->to_return = 0;
-			p->delivered_since_ack = 0;
-			while (p->dirty != r) {
-				struct vbi_rxs *d = p->dirty;
-
-				p->dirty = d->next_dirty;
-				d->in_dirty = false;
-				d->ack_urgent = false;
-				d->acked_sent = d->rx.next - 1;
-			}
-			atomic_fetch_add_explicit(&ctx->st.acks_sent, 1, memory_order_relaxed);
-		}
-		pthread_mutex_unlock(&p->txlock);
-	}
-	vbi_peer_flush(p);
+	due = urgent || p->to_return >= p->nslots / 4 || p->delivered_since_ack >= 256 ||
+	      (idle && (p->dirty || p->to_return) && vbi_now_ms() - p->last_rx_ms >= 1);
+	if (due && (len = vbi_peer_build_acks(p, buf, sizeof(buf), &upto)) &&
+	    vbi_peer_send_ctrl(p, buf, len) == 0)
+		vbi_peer_acks_sent(p, upto);
+	pthread_mutex_unlock(&p->txlock);
 }
 
 /* ---- UD receive (FANOUT) --------------------------------------------------------------- */

@@ -258,7 +258,8 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 	struct vbi_sctx *s = vbi_sring_take(&p->sr);
 	const struct vbi_txent *e;
 	struct vbi_msg *m;
-	uint32_t off = 0, frames = 0;
+	struct vbi_rxs *acks_upto = NULL;
+	uint32_t off = 0, frames = 0, acks;
 	int rc;
 
 	pthread_mutex_lock(&pub->lock);
@@ -318,7 +319,14 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		}
 		return 1;
 	}
-	/* Batch: copy whole messages while they fit. */
+	/* Batch: the ACKs we owe this peer first (piggybacked), then whole
+	 * messages while they fit. */
+	{
+		uint32_t room = cap - (uint32_t)vbi_wire_frame_size(m->len);
+
+		off = acks = vbi_peer_build_acks(p, s->buf.addr, room < 8 * VBI_WIRE_HDR_LEN ?
+						 room : 8 * VBI_WIRE_HDR_LEN, &acks_upto);
+	}
 	for (;;) {
 		size_t fs = vbi_wire_frame_size(m->len);
 
@@ -342,6 +350,8 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		vbi_sring_untake(&p->sr);
 		return rc;
 	}
+	if (acks)
+		vbi_peer_acks_sent(p, acks_upto);
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, frames, memory_order_relaxed);
 	if (frames > 1)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, frames, memory_order_relaxed);
@@ -408,6 +418,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 			       nt * nfrag);
 	}
 	seq = ++pub->fanout_seq;
+	pub->last_pub_ms = vbi_now_ms();
 	pthread_mutex_unlock(&pub->lock);
 
 	/* Lay the datagrams out in place: fragment i at i * mtu, each its own
@@ -474,6 +485,68 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	if (seq_out)
 		*seq_out = seq;
 	return 0; /* a failed post is loss the subscribers see as a gap */
+}
+
+/*
+ * FANOUT tail-loss detection: once a publisher has been quiet for 50 ms
+ * (so its datagrams have all landed or are lost, never merely late), tell
+ * every subscriber its last sequence, three times (a heartbeat is a
+ * datagram too). Runs on the progress thread when it is idle.
+ */
+void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			uint8_t hb[VBI_WIRE_HDR_LEN];
+			struct vbi_wire_hdr h = { .type = VBI_WT_HEARTBEAT, .session = pub->session,
+						  .topic = pub->topic_id };
+
+			if (pub->cls != VB_FANOUT)
+				continue;
+			pthread_mutex_lock(&ctx->ud_lock);
+			pthread_mutex_lock(&pub->lock);
+			if (!pub->fanout_seq || now - pub->last_pub_ms < 50 ||
+			    (pub->hb_seq == pub->fanout_seq && pub->hb_sent >= 3)) {
+				pthread_mutex_unlock(&pub->lock);
+				pthread_mutex_unlock(&ctx->ud_lock);
+				continue;
+			}
+			if (pub->hb_seq != pub->fanout_seq) {
+				pub->hb_seq = pub->fanout_seq;
+				pub->hb_sent = 0;
+			}
+			h.seq = pub->hb_seq;
+			vbi_wire_put(hb, &h);
+			for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+				struct vbt_sge sge = { (uintptr_t)hb, sizeof(hb), 0 };
+				struct vbt_send_wr wr = {
+					.sg_list = &sge, .num_sge = 1, .opcode = VBT_WR_SEND,
+					.flags = VBT_SEND_INLINE | VBT_SEND_SIGNALED,
+					.ah = pp->peer->ah, .remote_qpn = pp->peer->ud.qpn,
+					.remote_qkey = pp->peer->ud.qkey,
+				};
+				const struct vbt_send_wr *bad;
+				struct vbi_sctx *sc;
+
+				if (pp->dead || pp->peer->dead || !pp->peer->ah ||
+				    ctx->ud_sr.outstanding >= ctx->ud_sr.n ||
+				    sizeof(hb) > ctx->ud_qp->cap.max_inline_data)
+					continue;
+				sc = vbi_sring_take(&ctx->ud_sr);
+				wr.wr_id = (uintptr_t)sc;
+				ctx->ud_sr.since_signal = 0;
+				if (vbt_post_send(ctx->ud_qp, &wr, &bad))
+					vbi_sring_untake(&ctx->ud_sr);
+			}
+			pub->hb_sent++;
+			pthread_mutex_unlock(&pub->lock);
+			pthread_mutex_unlock(&ctx->ud_lock);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* ---- claim / commit / publish ---------------------------------------------------------------- */

@@ -116,6 +116,7 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 		/* ORDERED: acknowledge (urgently when the publisher asked). */
 		struct vbi_peer *p = r->peer;
 
+		pthread_mutex_lock(&p->txlock);
 		if (h->flags & VBI_WF_ACK_REQ)
 			r->ack_urgent = true;
 		if (!r->in_dirty) {
@@ -124,6 +125,7 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 			p->dirty = r;
 		}
 		p->delivered_since_ack++;
+		pthread_mutex_unlock(&p->txlock);
 	}
 }
 
@@ -248,12 +250,16 @@ int vb_sub_destroy(vb_sub_t *sub)
 		struct vbi_rxs *r = sub->streams;
 
 		sub->streams = r->next;
-		if (r->in_dirty && r->peer)
-			for (struct vbi_rxs **d = &r->peer->dirty; *d; d = &(*d)->next_dirty)
-				if (*d == r) {
-					*d = r->next_dirty;
-					break;
-				}
+		if (r->peer) {
+			pthread_mutex_lock(&r->peer->txlock);
+			if (r->in_dirty)
+				for (struct vbi_rxs **d = &r->peer->dirty; *d; d = &(*d)->next_dirty)
+					if (*d == r) {
+						*d = r->next_dirty;
+						break;
+					}
+			pthread_mutex_unlock(&r->peer->txlock);
+		}
 		vbi_reasm_fini(&r->reasm);
 		free(r);
 	}

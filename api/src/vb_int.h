@@ -154,13 +154,16 @@ struct vbi_peer {
 	bool hello_sent;
 	bool subs_pending;       /* our SUBs still to be (re)sent */
 
-	/* receive side (progress context only) */
+	/* receive side: slots are the progress context's; to_return, dirty,
+	 * delivered_since_ack and last_rx_ms are under txlock, because any
+	 * SEND to this peer may carry the ACKs (piggybacking) */
 	struct vbi_slot *slots;
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
 	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
 	uint64_t delivered_since_ack;
+	uint64_t last_rx_ms;     /* when data last arrived (idle ACK timer) */
 
 	/* the remote node */
 	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) */
@@ -181,6 +184,9 @@ struct vb_pub {
 	pthread_cond_t acked_cv;
 	struct vbi_txwin win;      /* ORDERED */
 	uint64_t fanout_seq;       /* FANOUT: last sequence used */
+	uint64_t last_pub_ms;      /* FANOUT: when it last published */
+	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
+	unsigned hb_sent;          /* ... and how many times */
 	struct vbi_pubpeer *peers; /* subscriber peers */
 	unsigned npeers;
 	uint64_t quorum_seq;       /* k-of-n acknowledged */
@@ -240,6 +246,8 @@ struct vb_ctx {
 	atomic_bool stop;
 	pthread_mutex_t progress_lock;
 
+	uint64_t last_hb_ms;       /* progress: last heartbeat round */
+
 	pthread_mutex_t lock;      /* node list, peer count */
 	struct vb_node *nodes;
 	unsigned npeers;
@@ -269,6 +277,9 @@ void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 int vbi_peer_post(struct vbi_peer *p, struct vbi_sctx *s, uint32_t len, bool last);
 void vbi_sring_untake(struct vbi_sring *sr);
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
+uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
+			     struct vbi_rxs **upto);
+void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto);
 void vbi_peer_rc_recv(struct vbi_peer *peer, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
@@ -281,6 +292,8 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_detach_peer(struct vbi_peer *peer);
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
+void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
+uint64_t vbi_now_ms(void);
 
 int vbi_check_topic(const char *topic);
 
