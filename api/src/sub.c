@@ -163,8 +163,15 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	} else if (rc == -EAGAIN) {
 		vbi_error("'%s' seq %llu: no memory to reassemble %u bytes", sub->topic,
 			  (unsigned long long)h->seq, h->msg_len);
+	} else if (rc == -EPROTO && peer) {
+		/* ORDERED rides RC, which delivers fragments in order: one that
+		 * does not continue the message is the peer's protocol fault. */
+		atomic_fetch_add(&sub->node->ctx->st.malformed, 1);
+		vbi_event(sub->node->ctx, VB_EV_PROTOCOL, peer->name,
+			  "'%s' seq %llu: stray fragment at offset %u of %u dropped", sub->topic,
+			  (unsigned long long)h->seq, h->frag_off, h->msg_len);
 	}
-	/* -EPROTO: a stray fragment after a lost one (FANOUT); the message
+	/* -EPROTO on FANOUT: a stray fragment after a lost one; the message
 	 * shows up as a gap when the next one arrives. */
 }
 
