@@ -160,7 +160,6 @@ static const struct vbi_errpol_rule ev_unknown_rule = R(NOTE, WR,
 void vbi_errpol_init(struct vbi_errpol *p)
 {
 	memset(p, 0, sizeof(*p));
-	__atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
 static inline void bump(uint64_t *c)

@@ -116,7 +116,6 @@ int vbi_path_init(struct vbi_path *p, const struct vbi_path_cfg *cfg, uint64_t n
 	p->mode_since = now;
 	for (int m = 0; m < VB_QPT__COUNT; m++)
 		p->hold_ns[m] = cfg->promote_hold_ns;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return 0;
 }
 
