@@ -31,7 +31,8 @@ enum vbi_wire_type {
 	VBI_WT_HEARTBEAT = 5, /* seq = last sent (lets receivers see tail loss) */
 	VBI_WT_SUB = 6,       /* subscribe: topic id; payload = class byte + name */
 	VBI_WT_UNSUB = 7,     /* unsubscribe: topic id */
-	VBI_WT__MAX = 7,
+	VBI_WT_BYE = 8,       /* the sender closes this connection on purpose */
+	VBI_WT__MAX = 8,
 };
 
 enum vbi_wire_flags {

@@ -3,18 +3,21 @@
 # The tests that need a real RDMA device, for one or more build directories,
 # in one go (one VM boot). Run by `scripts/verbus test` through vm-run.sh.
 #   build       labels rxe and fault (every verbs test)
-#   build-asan  label rxe under ASan+UBSan
-#   build-tsan  label concurrency among rxe/fault tests, under TSan
+#   build-asan  label rxe under ASan+UBSan (volumes x0.2)
+#   build-tsan  label concurrency among rxe/fault tests, under TSan (x0.2)
 root=$(cd "$(dirname "$0")/.." && pwd)
 rc=0
 for d in "$@"; do
+  # Sanitized builds run 3-10x slower: a fifth of the volumes (unless the
+  # caller chose a scale), still enough to exercise every path.
+  scale=${VERBUS_TEST_SCALE:-1}
   case "$d" in
-    build-asan) sel="-L rxe" ;;
-    build-tsan) sel="-L concurrency -L rxe|fault" ;;
+    build-asan) sel="-L rxe"; scale=${VERBUS_TEST_SCALE:-0.2} ;;
+    build-tsan) sel="-L concurrency -L rxe|fault"; scale=${VERBUS_TEST_SCALE:-0.2} ;;
     *)          sel="-L rxe|fault" ;;
   esac
   echo "=== rxe suite: $d ($sel) on $(ibv_devices 2>/dev/null | awk 'NR>2 && NF {printf "%s ", $1}')==="
   # shellcheck disable=SC2086
-  (cd "$root/$d" && ctest $sel --output-on-failure -V) || rc=1
+  (cd "$root/$d" && VERBUS_TEST_SCALE=$scale ctest $sel --output-on-failure -V) || rc=1
 done
 exit $rc

@@ -433,6 +433,7 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		}
 	}
 	for_each_peer_after_poll(ctx, n == 0);
+	vbi_pub_fanout_flush(ctx, n == 0);
 	if (n == 0) {
 		uint64_t now = vbi_now_ms();
 

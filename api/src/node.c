@@ -148,6 +148,46 @@ static void peer_free(struct vbi_peer *p)
 	free(p);
 }
 
+/* Reap completions: the progress thread does it, or this thread in APP mode. */
+static void progress_or_nap(struct vb_ctx *ctx)
+{
+	if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
+		vbi_progress_once(ctx);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	} else {
+		struct timespec ts = { 0, 200000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Tell a live peer we are closing (so it does not take the silence for a
+ * failure), and give the BYE up to 200 ms to leave. */
+static void peer_say_bye(struct vbi_peer *p)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN];
+	struct vbi_wire_hdr h = { .type = VBI_WT_BYE };
+	uint64_t t0 = now_ms();
+	int rc;
+
+	vbi_wire_put(buf, &h);
+	pthread_mutex_lock(&p->txlock);
+	rc = p->up && !p->dead ? vbi_peer_send_ctrl(p, buf, sizeof(buf)) : -ENOTCONN;
+	pthread_mutex_unlock(&p->txlock);
+	if (rc)
+		return;
+	for (;;) {
+		uint32_t out;
+
+		pthread_mutex_lock(&p->txlock);
+		out = p->sr.outstanding;
+		pthread_mutex_unlock(&p->txlock);
+		if (!out || now_ms() - t0 > 200)
+			break;
+		progress_or_nap(p->node->ctx);
+	}
+}
+
 /* Move the QP to ERR and wait until every posted WR has completed (flushed
  * ones included) — reaped by the progress thread, or here in APP mode. */
 static void peer_drain(struct vbi_peer *p)
@@ -175,14 +215,7 @@ static void peer_drain(struct vbi_peer *p)
 				 p->name, out, atomic_load(&p->posted_recvs));
 			break;
 		}
-		if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
-			vbi_progress_once(ctx);
-			pthread_mutex_unlock(&ctx->progress_lock);
-		} else {
-			struct timespec ts = { 0, 200000 };
-
-			nanosleep(&ts, NULL);
-		}
+		progress_or_nap(ctx);
 	}
 	pthread_mutex_lock(&p->txlock);
 	vbi_sring_release_upto(ctx, &p->sr, NULL);
@@ -349,7 +382,11 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 		__atomic_fetch_sub(&p->node->npeers_up, 1, __ATOMIC_RELAXED);
 	}
 	vbi_pub_detach_peer(p);
-	vbi_warn("connection to '%s' (QP %u) failed: %s", p->name, p->qp ? p->qp->qpn : 0, why);
+	if (p->remote_closed)
+		vbi_info("connection to '%s' (QP %u): %s", p->name, p->qp ? p->qp->qpn : 0, why);
+	else
+		vbi_warn("connection to '%s' (QP %u) failed: %s", p->name, p->qp ? p->qp->qpn : 0,
+			 why);
 	vbi_event(p->node->ctx, VB_EV_PEER_DOWN, p->name, "%s", why);
 }
 
@@ -497,6 +534,13 @@ static void dispatch_frames(struct vb_ctx *ctx, struct vbi_peer *p, const uint8_
 		case VBI_WT_UNSUB:
 			if (p)
 				on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
+			break;
+		case VBI_WT_BYE:
+			if (p) {
+				p->remote_closed = true;
+				vbi_peer_failed(p, "closed by the peer");
+				return;
+			}
 			break;
 		default: /* NAK/HEARTBEAT on RC: nothing to do */
 			break;
@@ -843,6 +887,8 @@ int vb_node_destroy(vb_node_t *node)
 	peers = node->peers;
 	node->peers = NULL;
 	pthread_rwlock_unlock(&node->lock);
+	for (struct vbi_peer *p = peers; p; p = p->next)
+		peer_say_bye(p);
 	while (peers) {
 		struct vbi_peer *p = peers;
 

@@ -394,97 +394,210 @@ void vbi_peer_flush(struct vbi_peer *p)
 
 /* ---- FANOUT ---------------------------------------------------------------------------------- */
 
+/* Live FANOUT targets of @pub. ud_lock and pub->lock held. */
+static unsigned fanout_targets(struct vb_pub *pub, struct vbi_peer **t, unsigned max)
+{
+	unsigned n = 0;
+
+	for (struct vbi_pubpeer *pp = pub->peers; pp && n < max; pp = pp->next_in_pub)
+		if (!pp->dead && !pp->peer->dead && pp->peer->ah)
+			t[n++] = pp->peer;
+	return n;
+}
+
+/*
+ * Post @ndg datagrams laid out at an MTU stride in @m (lengths in @len) to
+ * each of @nt targets. ud_lock held; the caller checked ring space. Takes
+ * one reference per post and drops the caller's. A failed post is loss the
+ * subscribers will see as a gap.
+ */
+static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, uint32_t ndg,
+			const uint32_t *len, struct vbi_peer **targets, unsigned nt)
+{
+	atomic_fetch_add(&m->refs, (int)(nt * ndg));
+	for (unsigned t = 0; t < nt; t++) {
+		struct vbi_peer *p = targets[t];
+
+		for (uint32_t i = 0; i < ndg; i++) {
+			struct vbi_sctx *s = vbi_sring_take(&ctx->ud_sr);
+			struct vbt_sge sge = { (uintptr_t)m->buf.addr + (size_t)i * ctx->ud_mtu, len[i],
+					       m->buf.lkey };
+			struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge,
+						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = p->ah,
+						  .remote_qpn = p->ud.qpn, .remote_qkey = p->ud.qkey };
+			const struct vbt_send_wr *bad;
+			bool last = t + 1 == nt && i + 1 == ndg;
+
+			if (last || ++ctx->ud_sr.since_signal >= ctx->ud_sr.n / 4) {
+				wr.flags |= VBT_SEND_SIGNALED;
+				ctx->ud_sr.since_signal = 0;
+			}
+			if (sge.length <= ctx->ud_qp->cap.max_inline_data) {
+				wr.flags |= VBT_SEND_INLINE;
+				atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
+			}
+			s->ud_ref = m;
+			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
+				s->ud_ref = NULL;
+				vbi_sring_untake(&ctx->ud_sr);
+				vbi_msg_put(ctx, m);
+				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
+				continue;
+			}
+			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+		}
+	}
+	vbi_msg_put(ctx, m);
+}
+
+/* Post @pub's pending batch datagram, if any. ud_lock and pub->lock held.
+ * -EAGAIN when the ring has no room for it (it stays pending). */
+static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
+{
+	struct vbi_peer *targets[64];
+	struct vbi_msg *m = pub->batch;
+	unsigned nt;
+
+	if (!m)
+		return 0;
+	nt = fanout_targets(pub, targets, 64);
+	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt)
+		return -EAGAIN;
+	pub->batch = NULL;
+	if (pub->batch_frames > 1)
+		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
+					  memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, pub->batch_frames, memory_order_relaxed);
+	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt);
+	return 0;
+}
+
+/* Progress thread: post FANOUT batches once the datagram queue has room to
+ * spare (or it is idle). */
+void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
+{
+	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+		return;
+	if (!idle && ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4)
+		return;
+	atomic_store(&ctx->fanout_pending, false);
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			if (pub->cls != VB_FANOUT)
+				continue;
+			pthread_mutex_lock(&ctx->ud_lock);
+			pthread_mutex_lock(&pub->lock);
+			if (fanout_flush_batch(ctx, pub))
+				atomic_store(&ctx->fanout_pending, true);
+			pthread_mutex_unlock(&pub->lock);
+			pthread_mutex_unlock(&ctx->ud_lock);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/*
+ * FANOUT publish. A message that fits one datagram is appended to the
+ * publisher's batch datagram; the batch is posted at once when the datagram
+ * queue is not busy (no added latency when idle), else when it is full or
+ * the progress thread sees completions come back. Larger messages are
+ * fragmented into datagrams laid out in place.
+ */
 static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 {
 	struct vb_ctx *ctx = pub->node->ctx;
-	uint32_t fmax = ctx->ud_mtu - VBI_WIRE_HDR_LEN;
+	uint32_t mtu = ctx->ud_mtu, fmax = mtu - VBI_WIRE_HDR_LEN;
 	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
 	struct vbi_peer *targets[64];
-	unsigned nt = 0;
+	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
+	unsigned nt;
 	uint64_t seq;
 	int rc = 0;
 
 	pthread_mutex_lock(&ctx->ud_lock);
 	pthread_mutex_lock(&pub->lock);
-	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < 64; pp = pp->next_in_pub)
-		if (!pp->dead && !pp->peer->dead && pp->peer->ah)
-			targets[nt++] = pp->peer;
-	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt * nfrag) {
-		pthread_mutex_unlock(&pub->lock);
-		pthread_mutex_unlock(&ctx->ud_lock);
-		atomic_fetch_add(&ctx->st.backpressure, 1);
-		return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, "
-			       "%u needed)", pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n,
-			       nt * nfrag);
+	nt = fanout_targets(pub, targets, 64);
+	if (nfrag == 1) {
+		size_t fs = vbi_wire_frame_size(m->len);
+		bool busy = ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4;
+
+		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
+			goto full;
+		if (!pub->batch) {
+			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt)
+				goto full;
+			pub->batch = m; /* this message's buffer becomes the batch */
+			pub->batch_off = 0;
+			pub->batch_frames = 0;
+		}
+		seq = ++pub->fanout_seq;
+		pub->last_pub_ms = vbi_now_ms();
+		{
+			struct vbi_wire_hdr h = {
+				.type = VBI_WT_DATA, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+				.session = pub->session, .topic = pub->topic_id, .seq = seq,
+				.len = m->len, .msg_len = m->len,
+			};
+			uint8_t *dst = (uint8_t *)pub->batch->buf.addr + pub->batch_off;
+
+			if (pub->batch != m)
+				memcpy(dst + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN,
+				       m->len);
+			vbi_wire_put(dst, &h);
+			memset(dst + VBI_WIRE_HDR_LEN + m->len, 0, fs - VBI_WIRE_HDR_LEN - m->len);
+			pub->batch_off += (uint32_t)fs;
+			pub->batch_frames++;
+		}
+		if (pub->batch != m)
+			vbi_msg_put(ctx, m); /* copied into the batch */
+		if (!busy || pub->batch_off + VBI_WIRE_HDR_LEN + 8 > mtu)
+			fanout_flush_batch(ctx, pub);
+		else
+			atomic_store(&ctx->fanout_pending, true);
+		goto done;
 	}
+	/* fragmented: the pending batch goes first, then every datagram */
+	if (fanout_flush_batch(ctx, pub) || ctx->ud_sr.n - ctx->ud_sr.outstanding < nt * nfrag)
+		goto full;
 	seq = ++pub->fanout_seq;
 	pub->last_pub_ms = vbi_now_ms();
-	pthread_mutex_unlock(&pub->lock);
-
 	/* Lay the datagrams out in place: fragment i at i * mtu, each its own
 	 * header, moving the payload up from the back so nothing is clobbered. */
 	for (uint32_t i = nfrag; i-- > 0;) {
 		uint32_t foff = i * fmax;
 		uint32_t flen = m->len - foff < fmax ? m->len - foff : fmax;
-		uint8_t *dg = (uint8_t *)m->buf.addr + (size_t)i * ctx->ud_mtu;
+		uint8_t *dg = (uint8_t *)m->buf.addr + (size_t)i * mtu;
 		struct vbi_wire_hdr h = {
 			.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
 			.seq = seq, .len = flen, .frag_off = foff, .msg_len = m->len,
 		};
 
-		if (!m->len)
-			flen = h.len = 0;
 		if (!foff)
 			h.flags |= VBI_WF_FIRST;
 		if (foff + flen == m->len)
 			h.flags |= VBI_WF_LAST;
 		memmove(dg + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN + foff, flen);
 		vbi_wire_put(dg, &h);
+		lens[i] = VBI_WIRE_HDR_LEN + flen;
 	}
-	atomic_store(&m->refs, (int)(nt * nfrag) + 1);
-	for (unsigned t = 0; t < nt && !rc; t++) {
-		struct vbi_peer *p = targets[t];
-
-		for (uint32_t i = 0; i < nfrag; i++) {
-			uint32_t foff = i * fmax;
-			uint32_t flen = m->len - foff < fmax ? m->len - foff : fmax;
-			struct vbi_sctx *s = vbi_sring_take(&ctx->ud_sr);
-			struct vbt_sge sge = { (uintptr_t)m->buf.addr + (size_t)i * ctx->ud_mtu,
-					       VBI_WIRE_HDR_LEN + (m->len ? flen : 0), m->buf.lkey };
-			struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge,
-						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = p->ah,
-						  .remote_qpn = p->ud.qpn, .remote_qkey = p->ud.qkey };
-			const struct vbt_send_wr *bad;
-			bool last = t + 1 == nt && i + 1 == nfrag;
-
-			if (last || ++ctx->ud_sr.since_signal >= ctx->ud_sr.n / 4) {
-				wr.flags |= VBT_SEND_SIGNALED;
-				ctx->ud_sr.since_signal = 0;
-			}
-			if (sge.length <= ctx->ud_qp->cap.max_inline_data)
-				wr.flags |= VBT_SEND_INLINE;
-			s->ud_ref = m;
-			rc = vbt_post_send(ctx->ud_qp, &wr, &bad);
-			if (rc) {
-				s->ud_ref = NULL;
-				vbi_sring_untake(&ctx->ud_sr);
-				/* the rest of this message never leaves: drop its refs */
-				for (uint32_t k = t * nfrag + i; k < nt * nfrag; k++)
-					vbi_msg_put(ctx, m);
-				vbi_warn("'%s' seq %llu: datagram post failed: %s", pub->topic,
-					 (unsigned long long)seq, vbi_errmsg());
-				break;
-			}
-			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
-		}
-	}
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
+	fanout_post(ctx, pub, m, nfrag, lens, targets, nt);
+done:
+	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&ctx->ud_lock);
-	vbi_msg_put(ctx, m); /* the publisher's own reference */
 	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
 	if (seq_out)
 		*seq_out = seq;
-	return 0; /* a failed post is loss the subscribers see as a gap */
+	return rc;
+full:
+	pthread_mutex_unlock(&pub->lock);
+	pthread_mutex_unlock(&ctx->ud_lock);
+	atomic_fetch_add(&ctx->st.backpressure, 1);
+	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, %u needed)",
+		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nt * nfrag);
 }
 
 /*
@@ -507,7 +620,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
-			if (!pub->fanout_seq || now - pub->last_pub_ms < 50 ||
+			if (!pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
 			    (pub->hb_seq == pub->fanout_seq && pub->hb_sent >= 3)) {
 				pthread_mutex_unlock(&pub->lock);
 				pthread_mutex_unlock(&ctx->ud_lock);
@@ -861,6 +974,8 @@ int vb_pub_destroy(vb_pub_t *pub)
 		vbi_txwin_drain(&pub->win, release_msg, node->ctx);
 		vbi_txwin_fini(&pub->win);
 	}
+	if (pub->batch)
+		vbi_msg_put(node->ctx, pub->batch);
 	pthread_cond_destroy(&pub->acked_cv);
 	pthread_mutex_destroy(&pub->lock);
 	free(pub);

@@ -142,6 +142,7 @@ struct vbi_peer {
 	bool up;                 /* HELLO received, QP healthy */
 	bool dead;               /* error seen: no more posts */
 	bool closing;
+	bool remote_closed;      /* the peer said BYE */
 
 	pthread_mutex_t txlock;
 	struct vbi_sring sr;
@@ -185,6 +186,8 @@ struct vb_pub {
 	struct vbi_txwin win;      /* ORDERED */
 	uint64_t fanout_seq;       /* FANOUT: last sequence used */
 	uint64_t last_pub_ms;      /* FANOUT: when it last published */
+	struct vbi_msg *batch;     /* FANOUT: datagram being filled (ud_lock) */
+	uint32_t batch_off, batch_frames;
 	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
 	unsigned hb_sent;          /* ... and how many times */
 	struct vbi_pubpeer *peers; /* subscriber peers */
@@ -247,6 +250,7 @@ struct vb_ctx {
 	pthread_mutex_t progress_lock;
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
+	atomic_bool fanout_pending; /* a FANOUT batch waits to be posted */
 
 	pthread_mutex_t lock;      /* node list, peer count */
 	struct vb_node *nodes;
@@ -293,6 +297,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_detach_peer(struct vbi_peer *peer);
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
+void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 uint64_t vbi_now_ms(void);
 
 int vbi_check_topic(const char *topic);

@@ -101,11 +101,18 @@ static int subscriber(void *arg)
 		fprintf(stderr, "sub %d: connect: %s\n", idx, vb_errmsg());
 		return 13;
 	}
+	/* until everything is accounted for, or 60 s without progress */
 	t0 = vbt_now_ms();
-	for (;;) {
+	for (uint64_t seen = 0;;) {
 		vb_sub_stats(sub, &st);
-		if (st.delivered + st.lost >= n_msgs || vbt_now_ms() - t0 > 240000)
+		if (st.delivered + st.lost >= n_msgs)
 			break;
+		if (st.delivered + st.lost != seen) {
+			seen = st.delivered + st.lost;
+			t0 = vbt_now_ms();
+		} else if (vbt_now_ms() - t0 > 60000) {
+			break;
+		}
 		usleep(20000);
 	}
 	vb_sub_stats(sub, &st);

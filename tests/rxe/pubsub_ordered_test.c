@@ -142,12 +142,23 @@ static int subscriber(void *unused)
 		fprintf(stderr, "sub: connect: %s\n", vb_errmsg());
 		return 15;
 	}
+	/* until everything arrived, or 60 s without progress */
 	t0 = vbt_now_ms();
-	while ((__atomic_load_n(&r.got, __ATOMIC_RELAXED) + __atomic_load_n(&r.errors, __ATOMIC_RELAXED) <
-		total_single() ||
-		__atomic_load_n(&r.mt_got, __ATOMIC_RELAXED) < want_mt) &&
-	       vbt_now_ms() - t0 < 240000)
+	for (uint64_t seen = 0;;) {
+		uint64_t now = __atomic_load_n(&r.got, __ATOMIC_RELAXED) +
+			       __atomic_load_n(&r.errors, __ATOMIC_RELAXED) +
+			       __atomic_load_n(&r.mt_got, __ATOMIC_RELAXED);
+
+		if (now >= total_single() + want_mt)
+			break;
+		if (now != seen) {
+			seen = now;
+			t0 = vbt_now_ms();
+		} else if (vbt_now_ms() - t0 > 60000) {
+			break;
+		}
 		usleep(20000);
+	}
 	printf("sub: single stream %llu/%llu messages intact (%llu bytes), multi-thread %llu/%llu, "
 	       "%llu errors\n", (unsigned long long)r.got, (unsigned long long)total_single(),
 	       (unsigned long long)r.bytes, (unsigned long long)r.mt_got,
