@@ -145,6 +145,7 @@ static int subscriber(void *unused)
 	vb_sub_destroy(sub);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
+	fflush(stdout); /* vbt_spawn's _exit() does not flush stdio */
 	return ok ? 0 : 1;
 }
 

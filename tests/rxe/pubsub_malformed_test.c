@@ -221,6 +221,7 @@ static int victim(void *unused)
 	vb_pub_destroy(out);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
+	fflush(stdout); /* vbt_spawn's _exit() does not flush stdio */
 	return ok ? 0 : 1;
 }
 
