@@ -12,7 +12,9 @@
 #   --scale F      multiplies every iteration count (default 1: short run)
 #   --ip/--dev/--gid  device address, verbs device, GID index
 #                  (default 10.77.0.1, rxe0, 1: the Soft-RoCE VM's)
-#   --timeout SECS limit for the whole measurement (default 600)
+#   --timeout SECS limit for the whole measurement (default 600); steps
+#                  not reached are reported as "n/a (cut by the time limit)"
+#   --full         also UCX at 1 KiB and 64 KiB, and verbus FANOUT to 2 subs
 #
 # Internal phases (the default runs both): --measure (runs the tools, on the
 # device: inside the VM) and --report (parses raw/, prints the table, writes
@@ -31,6 +33,7 @@ ip=${VERBUS_TEST_IP:-10.77.0.1}
 dev=${VERBUS_DEVICE:-rxe0}
 gid=${VERBUS_GID_INDEX:-1}
 total_timeout=600
+full=0
 phase=all
 
 while [ $# -gt 0 ]; do
@@ -42,9 +45,10 @@ while [ $# -gt 0 ]; do
     --dev) dev=$2; shift 2 ;;
     --gid) gid=$2; shift 2 ;;
     --timeout) total_timeout=$2; shift 2 ;;
+    --full) full=1; shift ;;
     --measure) phase=measure; shift ;;
     --report) phase=report; shift ;;
-    -h|--help) sed -n '3,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,25p' "$0"; exit 0 ;;
     *) echo "compare: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -62,10 +66,10 @@ n() { awk -v a="$1" -v s="$scale" 'BEGIN { v = int(a * s); if (v < 10) v = 10; p
 # TCG). perftest and ucx_perftest get the same counts as verbus.
 LAT_N=1000       # ping-pongs at 64 B and 1 KiB
 LAT64K_N=200     # ping-pongs at 64 KiB
-BW64_N=20000     # one-way messages at 64 B
-BW1K_N=5000
-BW64K_N=500
-FAN_N=10000      # messages per fanout run (2 and 4 subscribers)
+BW64_N=10000     # one-way messages at 64 B
+BW1K_N=2000
+BW64K_N=500      # (verbus runs 1 KiB and 64 KiB in one call with this count)
+FAN_N=5000       # messages per fanout run (4 subscribers; 2 with --full)
 
 waitport() { # PORT SECS: until something listens on TCP PORT
   local i
@@ -90,6 +94,7 @@ reap() { # PID SECS: let a server finish, then stop it
 pair() {
   local name=$1 port=$2 secs=$3 spid rc
   shift 4
+  echo "${pre[*]:1} $* $ip" > "$out/raw/$name.cmd"
   "${pre[@]}" timeout -k 5 "$secs" "$@" > "$out/raw/$name.srv" 2>&1 &
   spid=$!
   if waitport "$port" 30; then
@@ -100,15 +105,52 @@ pair() {
     rc=1
   fi
   echo "$rc" > "$out/raw/$name.rc"
-  echo "$*" > "$out/raw/$name.cmd"
   reap "$spid" 10
   return 0
+}
+
+pt_lat() { # rc|ud SIZE ITERS: ib_send_lat, every sample printed (-H)
+  local it; it=$(n "$3")
+  progress "perftest ib_send_lat ${1^^} $2 B x $it"
+  pair "pt_lat_$1_$2" $((++port)) 60 -- ib_send_lat -d "$dev" -x "$gid" -p "$port" \
+    -c "${1^^}" -s "$2" -n "$it" -H
+}
+
+pt_bw() { # rc|ud SIZE ITERS: ib_send_bw
+  local it; it=$(n "$3")
+  progress "perftest ib_send_bw ${1^^} $2 B x $it"
+  pair "pt_bw_$1_$2" $((++port)) 60 -- ib_send_bw -d "$dev" -x "$gid" -p "$port" \
+    -c "${1^^}" -s "$2" -n "$it"
+}
+
+ucx() { # rc|ud NAME "TEST ARGS": one ucx_perftest server/client pair
+  # tag_lat reports one percentile per run: -R 50 and -R 99 are two runs
+  if [ "$1" = rc ]; then
+    pre=(env UCX_TLS=rc_verbs,ud_verbs:aux)  # rc_verbs needs ud for its handshake
+  else
+    pre=(env UCX_TLS=ud_verbs)
+  fi
+  pre+=(UCX_NET_DEVICES="$dev:1" UCX_UD_VERBS_ETH_DGID_CHECK=n)
+  progress "ucx_perftest $1_verbs $3"
+  # shellcheck disable=SC2086
+  pair "ucx_$1_$2" $((++port)) 90 -- ucx_perftest -p "$port" -t $3 -f -v
+  pre=()
+}
+
+vbrun() { # NAME SECS ARGS...: vb_bench, JSON lines into verbus.jsonl
+  local name=$1 secs=$2
+  shift 2
+  progress "vb_bench $*"
+  echo "vb_bench $*" > "$out/raw/$name.cmd"
+  timeout -k 5 "$secs" stdbuf -oL "$vb" "$@" --ip "$ip" --json "$out/verbus.jsonl" \
+    > "$out/raw/$name.out" 2>&1
+  echo $? > "$out/raw/$name.rc"
 }
 
 measure() {
   mkdir -p "$out/raw"
   rm -f "$out"/raw/* "$out/verbus.jsonl"
-  local port=18500
+  port=18500
   {
     echo "kernel=$(uname -r)"
     echo "device=$dev"
@@ -118,75 +160,38 @@ measure() {
     echo "ncpu=$(nproc)"
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "scale=$scale"
+    echo "full=$full"
   } > "$out/raw/meta"
   pre=()
 
-  # ---- raw verbs: perftest (one-way latency = RTT/2, message rate) ----
-  local pt_common=(-d "$dev" -x "$gid")
-  local s
-  for s in 64 1024 65536; do
-    local it=$LAT_N; [ "$s" = 65536 ] && it=$LAT64K_N
-    progress "perftest ib_send_lat RC ${s} B x $(n $it)"
-    pair "pt_lat_rc_$s" $((++port)) 60 -- ib_send_lat "${pt_common[@]}" -p "$port" -s "$s" -n "$(n $it)" -H
-  done
-  progress "perftest ib_send_lat UD 64 B x $(n $LAT_N)"
-  pair pt_lat_ud_64 $((++port)) 60 -- ib_send_lat "${pt_common[@]}" -p "$port" -c UD -s 64 -n "$(n $LAT_N)" -H
-  for s in 64 1024 65536; do
-    local it=$BW64_N; [ "$s" = 1024 ] && it=$BW1K_N; [ "$s" = 65536 ] && it=$BW64K_N
-    progress "perftest ib_send_bw RC ${s} B x $(n $it)"
-    pair "pt_bw_rc_$s" $((++port)) 60 -- ib_send_bw "${pt_common[@]}" -p "$port" -s "$s" -n "$(n $it)"
-  done
-  progress "perftest ib_send_bw UD 64 B x $(n $BW64_N)"
-  pair pt_bw_ud_64 $((++port)) 60 -- ib_send_bw "${pt_common[@]}" -p "$port" -c UD -s 64 -n "$(n $BW64_N)"
-
-  # ---- UCX: ucx_perftest tag API over rc_verbs and ud_verbs ----
-  # One server/client pair per test line (tag_lat reports one percentile per
-  # run: -R 50 and -R 99 are two runs).
-  local tls name line
-  for tls in rc ud; do
-    local lines=()
-    if [ "$tls" = rc ]; then
-      pre=(env UCX_TLS=rc_verbs,ud_verbs:aux)
-      lines=("lat_64_p50:tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 50"
-             "lat_64_p99:tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 99"
-             "lat_1024_p50:tag_lat -s 1024 -n $(n $LAT_N) -w 100 -R 50"
-             "lat_65536_p50:tag_lat -s 65536 -n $(n $LAT64K_N) -w 20 -R 50"
-             "bw_64:tag_bw -s 64 -n $(n $BW64_N) -w 1000"
-             "bw_65536:tag_bw -s 65536 -n $(n $BW64K_N) -w 20")
-    else
-      pre=(env UCX_TLS=ud_verbs)
-      lines=("lat_64_p50:tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 50"
-             "bw_64:tag_bw -s 64 -n $(n $BW64_N) -w 1000")
-    fi
-    pre+=(UCX_NET_DEVICES="$dev:1" UCX_UD_VERBS_ETH_DGID_CHECK=n)
-    for line in "${lines[@]}"; do
-      name="ucx_${tls}_${line%%:*}"
-      progress "ucx_perftest ${tls}_verbs ${line#*:}"
-      # shellcheck disable=SC2086
-      pair "$name" $((++port)) 90 -- ucx_perftest -p "$port" -t ${line#*:} -f -v
-    done
-  done
-  pre=()
-
-  # ---- verbus: vb_bench (JSON lines into verbus.jsonl) ----
-  vbrun() { # NAME SECS ARGS...
-    local name=$1 secs=$2
-    shift 2
-    progress "vb_bench $*"
-    echo "vb_bench $*" > "$out/raw/$name.cmd"
-    timeout -k 5 "$secs" stdbuf -oL "$vb" "$@" --ip "$ip" --json "$out/verbus.jsonl" \
-      > "$out/raw/$name.out" 2>&1
-    echo $? > "$out/raw/$name.rc"
-  }
+  # Steps in order of importance (the issue's targets first), so that a run
+  # cut short by --timeout loses the least important figures.
+  pt_lat rc 64 "$LAT_N"
+  pt_bw rc 64 "$BW64_N"
+  pt_bw ud 64 "$BW64_N"
+  pt_lat ud 64 "$LAT_N"
   vbrun vb_lat_ordered 120 lat --class ordered --size 64,1024 --count "$(n $LAT_N)"
-  vbrun vb_lat_ordered_64k 120 lat --class ordered --size 65536 --count "$(n $LAT64K_N)"
-  vbrun vb_lat_fanout 120 lat --class fanout --size 64 --count "$(n $LAT_N)"
   vbrun vb_bw_ordered_64 120 bw --class ordered --size 64 --count "$(n $BW64_N)"
-  vbrun vb_bw_ordered_1024 120 bw --class ordered --size 1024 --count "$(n $BW1K_N)"
-  vbrun vb_bw_ordered_65536 120 bw --class ordered --size 65536 --count "$(n $BW64K_N)"
+  vbrun vb_fanout_4 150 fanout --class fanout --size 64 --subs 4 --count "$(n $FAN_N)"
+  ucx rc lat_64_p50 "tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 50"
+  ucx rc lat_64_p99 "tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 99"
+  ucx rc bw_64 "tag_bw -s 64 -n $(n $BW64_N) -w 1000"
+  ucx ud lat_64_p50 "tag_lat -s 64 -n $(n $LAT_N) -w 100 -R 50"
+  ucx ud bw_64 "tag_bw -s 64 -n $(n $BW64_N) -w 1000"
+  pt_lat rc 1024 "$LAT_N"
+  pt_lat rc 65536 "$LAT64K_N"
+  pt_bw rc 1024 "$BW1K_N"
+  pt_bw rc 65536 "$BW64K_N"
+  vbrun vb_lat_ordered_64k 120 lat --class ordered --size 65536 --count "$(n $LAT64K_N)"
+  vbrun vb_bw_ordered_big 120 bw --class ordered --size 1024,65536 --count "$(n $BW64K_N)"
+  vbrun vb_lat_fanout 120 lat --class fanout --size 64 --count "$(n $LAT_N)"
   vbrun vb_bw_fanout_64 120 bw --class fanout --size 64 --count "$(n $BW64_N)"
-  vbrun vb_fanout_2 120 fanout --class fanout --size 64 --subs 2 --count "$(n $FAN_N)"
-  vbrun vb_fanout_4 120 fanout --class fanout --size 64 --subs 4 --count "$(n $FAN_N)"
+  if [ "$full" = 1 ]; then
+    ucx rc lat_1024_p50 "tag_lat -s 1024 -n $(n $LAT_N) -w 100 -R 50"
+    ucx rc lat_65536_p50 "tag_lat -s 65536 -n $(n $LAT64K_N) -w 20 -R 50"
+    ucx rc bw_65536 "tag_bw -s 65536 -n $(n $BW64K_N) -w 20"
+    vbrun vb_fanout_2 150 fanout --class fanout --size 64 --subs 2 --count "$(n $FAN_N)"
+  fi
 
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/raw/meta"
   echo "measure_s=$(( $(date +%s) - t_start ))" >> "$out/raw/meta"
@@ -207,7 +212,13 @@ get() { # KEY: value or empty
 why() {
   local name=$1 rc last
   if [ ! -e "$out/raw/$name.rc" ]; then
-    echo "n/a (not run)"
+    if [ -e "$out/raw/$name.cmd" ]; then
+      echo "n/a (cut by the time limit)"
+    elif [ "$(sed -n 's/^full=//p' "$out/raw/meta" 2>/dev/null)" != 1 ] && [ -z "$(sed -n 's/^measure_s=//p' "$out/raw/meta" 2>/dev/null)" ]; then
+      echo "n/a (not reached: time limit)"
+    else
+      echo "n/a (not run; --full)"
+    fi
     return
   fi
   rc=$(cat "$out/raw/$name.rc")
@@ -338,9 +349,9 @@ report() {
   row "FANOUT 64 B one-way p99 (raw: UD)" us pt_lat_ud_64.p99 pt_lat_ud_64 "" "" vb.lat.fanout.64.p99 vb_lat_fanout lat ""
   row "ORDERED 64 B msg/s" msg/s pt_bw_rc_64.msgs pt_bw_rc_64 ucx_rc_bw_64.msgs ucx_rc_bw_64 \
       vb.bw.ordered.64.1.msgs vb_bw_ordered_64 bw ">=5"
-  row "ORDERED 1 KiB MB/s" MB/s pt_bw_rc_1024.mbs pt_bw_rc_1024 "" "" vb.bw.ordered.1024.1.mbs vb_bw_ordered_1024 bw ""
+  row "ORDERED 1 KiB MB/s" MB/s pt_bw_rc_1024.mbs pt_bw_rc_1024 "" "" vb.bw.ordered.1024.1.mbs vb_bw_ordered_big bw ""
   row "ORDERED 64 KiB MB/s" MB/s pt_bw_rc_65536.mbs pt_bw_rc_65536 ucx_rc_bw_65536.mbs ucx_rc_bw_65536 \
-      vb.bw.ordered.65536.1.mbs vb_bw_ordered_65536 bw ""
+      vb.bw.ordered.65536.1.mbs vb_bw_ordered_big bw ""
   row "FANOUT 64 B msg/s, 1 sub (raw: UD)" msg/s pt_bw_ud_64.msgs pt_bw_ud_64 ucx_ud_bw_64.msgs ucx_ud_bw_64 \
       vb.bw.fanout.64.1.msgs vb_bw_fanout_64 bw ""
   row "FANOUT 64 B deliveries/s, 2 subs" msg/s pt_bw_ud_64.msgs pt_bw_ud_64 "" "" \
@@ -353,10 +364,10 @@ report() {
   load_s=$(sed -n 's/^load_start=//p' "$meta"); load_e=$(sed -n 's/^load_end=//p' "$meta")
   {
     echo "verbus vs raw verbs (perftest) and UCX (ucx_perftest), same device, same run"
-    echo "device $(sed -n 's/^device=//p' "$meta"), MTU $(sed -n 's/^mtu=//p' "$meta"), kernel $(sed -n 's/^kernel=//p' "$meta"), $(sed -n 's/^ncpu=//p' "$meta") CPU(s); load avg at start: ${load_s:-?}, at end: ${load_e:-?}${HOST_LOAD:+; host load before: $HOST_LOAD}"
+    echo "device $(sed -n 's/^device=//p' "$meta"), MTU $(sed -n 's/^mtu=//p' "$meta"), kernel $(sed -n 's/^kernel=//p' "$meta"), $(sed -n 's/^ncpu=//p' "$meta") CPU(s); load avg at start: ${load_s:-?}, at end: ${load_e:-?}${HOST_LOAD:+; host (shared) load before: $HOST_LOAD, after: ${HOST_LOAD_END:-?}}"
     echo "latency: one-way (RTT/2) in us; rates at the receiver. ratio = verbus/raw; target from issue 7"
-    printf '%-36s | %-22s | %-22s | %-22s | %-9s | %s\n' figure "raw verbs" UCX verbus verbus/raw target
-    printf '%s\n' "-------------------------------------+------------------------+------------------------+------------------------+-----------+---------------"
+    printf '%-42s | %-22s | %-22s | %-22s | %-10s | %s\n' figure "raw verbs" UCX verbus verbus/raw target
+    printf '%s\n' "-------------------------------------------+------------------------+------------------------+------------------------+------------+---------------"
   } > "$tbl"
   local r fig unit rk rs uk us vk vs kind tgt rv uv vv ratio verdict first=1
   {
@@ -365,6 +376,7 @@ report() {
     echo "  \"meta\": {"
     sed -e 's/"/\\"/g' -e 's/^\([^=]*\)=\(.*\)$/    "\1": "\2",/' "$meta"
     echo "    \"host_load_before\": \"${HOST_LOAD:-}\","
+    echo "    \"host_load_after\": \"${HOST_LOAD_END:-}\","
     echo "    \"counts\": {\"lat\": $(n $LAT_N), \"lat_64k\": $(n $LAT64K_N), \"bw_64\": $(n $BW64_N), \"bw_1k\": $(n $BW1K_N), \"bw_64k\": $(n $BW64K_N), \"fanout\": $(n $FAN_N)}"
     echo "  },"
     echo "  \"figures\": ["
@@ -393,7 +405,7 @@ report() {
     elif [ -n "$tgt" ]; then
       verdict="not measured ($tgt)"
     fi
-    printf '%-36s | %-22s | %-22s | %-22s | %-9s | %s\n' "$fig ($unit)" "$(fmt "$rv" "$unit")" \
+    printf '%-42s | %-22s | %-22s | %-22s | %-10s | %s\n' "$fig ($unit)" "$(fmt "$rv" "$unit")" \
       "$(fmt "$uv" "$unit")" "$(fmt "$vv" "$unit")" "$ratio" "$verdict" >> "$tbl"
     [ $first = 1 ] || echo "    ," >> "$json"
     first=0
@@ -454,8 +466,8 @@ set key top left
 set ylabel "one-way latency (us, log)"
 set xrange [-0.3:4.3]
 set xtics ("p50" 0, "p90" 1, "p99" 2, "p99.9" 3, "max" 4)
-set multiplot layout 2,2 title "Latency percentiles, same device, same run (load avg $(sed -n 's/^load_start=//p' "$out/raw/meta"))"
-titles = "ORDERED_64_B(raw:_RC) ORDERED_1_KiB(raw:_RC) ORDERED_64_KiB(raw:_RC) FANOUT_64_B(raw:_UD)"
+set multiplot layout 2,2 title "One-way latency percentiles, same device, same run ($(sed -n 's/^device=//p' "$out/raw/meta"); host load avg ${HOST_LOAD:-?})"
+titles = "ORDERED_64_B_(raw:_RC) ORDERED_1_KiB_(raw:_RC) ORDERED_64_KiB_(raw:_RC) FANOUT_64_B_(raw:_UD)"
 do for [b=0:3] {
   t = word(titles, b+1)
   set title system(sprintf("echo '%s' | tr _ ' '", t))
@@ -476,12 +488,15 @@ case "$phase" in
   all)
     [ -x "$vb" ] || { echo "compare: $vb missing (build first)" >&2; exit 1; }
     mkdir -p "$out"
+    extra=()
+    [ "$full" = 1 ] && extra=(--full)
     HOST_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
     export HOST_LOAD
     progress "one run on the RDMA device (Soft-RoCE VM when the host has none); results in $out"
     "$root/scripts/vm-run.sh" --timeout "$total_timeout" -- "$0" --measure --build "$build" \
-      --out "$out" --scale "$scale" --ip "$ip" --dev "$dev" --gid "$gid" >&2
+      --out "$out" --scale "$scale" --ip "$ip" --dev "$dev" --gid "$gid" "${extra[@]}" >&2
     rc=$?
+    HOST_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
     [ $rc -eq 0 ] || progress "measurement run ended with status $rc: reporting what was measured"
     report
     ;;
