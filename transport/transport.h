@@ -400,6 +400,9 @@ struct vbt_conn_param {
 	uint32_t qkey;           /* UD: our Q_Key; 0 = random [VERBUS_UD_QKEY] */
 	int cm_timeout_ms;       /* bound on each blocking CM step, 5000
 				  * [VERBUS_CM_TIMEOUT_MS] */
+	int accept_wait_ms;      /* accept: bound on the wait for a request;
+				  * 0 = cm_timeout_ms (the handshake steps
+				  * after it always use cm_timeout_ms) */
 };
 
 struct vbt_listener {

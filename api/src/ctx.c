@@ -379,32 +379,35 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		vbi_error("completion queue poll failed: %s", vbi_errmsg());
 		return n;
 	}
+	if (n)
+		(void)atomic_load_explicit(&ctx->init_gen, memory_order_acquire);
 	for (int i = 0; i < n; i++) {
 		uint8_t kind = *(uint8_t *)(uintptr_t)wc[i].wr_id;
 		bool ok = wc[i].status == VBT_WC_SUCCESS;
 
 		switch (kind) {
+		/* A peer being drained is freed as soon as its last WR is
+		 * accounted for: the decrement / release is the last touch. */
 		case VBI_WR_RC_RECV: {
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
 			struct vbi_peer *p = s->peer;
 
-			p->posted_recvs--;
-			if (ok) {
+			if (ok)
 				vbi_peer_rc_recv(p, s, wc[i].byte_len);
-			} else if (wc[i].status != VBT_WC_WR_FLUSH_ERR || !p->closing) {
+			else if (wc[i].status != VBT_WC_WR_FLUSH_ERR || !p->closing)
 				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
-			}
+			atomic_fetch_sub(&p->posted_recvs, 1);
 			break;
 		}
 		case VBI_WR_RC_SEND: {
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
 			struct vbi_peer *p = s->peer;
 
+			if (!ok && !(p->closing && wc[i].status == VBT_WC_WR_FLUSH_ERR))
+				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
 			pthread_mutex_lock(&p->txlock);
 			vbi_sring_release_upto(ctx, &p->sr, s);
 			pthread_mutex_unlock(&p->txlock);
-			if (!ok && !(p->closing && wc[i].status == VBT_WC_WR_FLUSH_ERR))
-				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
 			break;
 		}
 		case VBI_WR_UD_RECV: {

@@ -263,14 +263,16 @@ static int peer_new(struct vb_node *node, struct vbi_peer **out)
 		s->kind = VBI_WR_RC_RECV;
 		s->peer = p;
 		rc = vbi_mempool_alloc(ctx->pool, ctx->attr.slot_size, &s->buf);
-		if (!rc)
-			rc = post_slot(p, s);
 		if (rc)
 			goto err;
 	}
 	/* Until the peer's HELLO says how many slots it has, one credit:
 	 * enough for our own HELLO (every node posts >= 16 before connecting). */
 	p->remote_slots = 1;
+	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
+	for (uint32_t i = 0; i < p->nslots; i++)
+		if ((rc = post_slot(p, &p->slots[i])))
+			goto err;
 	*out = p;
 	return 0;
 err:
@@ -413,13 +415,23 @@ static void on_hello(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uin
 	}
 	memcpy(p->name, pl + HELLO_NAME, VBI_NAME_MAX - 1);
 	p->name[VBI_NAME_MAX - 1] = '\0';
-	p->ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
-	p->ud.qkey = get32(pl + HELLO_UD_QKEY);
-	memcpy(p->ud.gid, pl + HELLO_GID, 16);
-	vbt_ah_attr_from_peer(ctx->dev, &p->ud, &aa);
-	rc = ctx->ops->ah_create(ctx->pd, &aa, &p->ah);
-	if (rc)
-		vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name, vbi_errmsg());
+	{
+		struct vbt_peer ud = { 0 };
+		struct vbt_ah *ah = NULL;
+
+		ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
+		ud.qkey = get32(pl + HELLO_UD_QKEY);
+		memcpy(ud.gid, pl + HELLO_GID, 16);
+		vbt_ah_attr_from_peer(ctx->dev, &ud, &aa);
+		rc = ctx->ops->ah_create(ctx->pd, &aa, &ah);
+		if (rc)
+			vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name, vbi_errmsg());
+		/* FANOUT publishers read these under ud_lock */
+		pthread_mutex_lock(&ctx->ud_lock);
+		p->ud = ud;
+		p->ah = ah;
+		pthread_mutex_unlock(&ctx->ud_lock);
+	}
 	pthread_mutex_lock(&p->txlock);
 	/* Our HELLO consumed one of its slots before we knew the count. */
 	p->remote_slots = slots;
@@ -427,10 +439,10 @@ static void on_hello(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uin
 	pthread_mutex_unlock(&p->txlock);
 	/* Our SUBs follow our HELLO: sent from after_poll once both are true. */
 	p->subs_pending = true;
-	__atomic_store_n(&p->up, true, __ATOMIC_RELEASE);
+	atomic_store(&p->up, true);
 	__atomic_fetch_add(&p->node->npeers_up, 1, __ATOMIC_RELAXED);
-	vbi_event(ctx, VB_EV_PEER_UP, p->name, "RC QP %u <-> %u, %u slots of %u bytes", p->qp->qpn,
-		  p->conn ? p->conn->remote.qpn : 0, slots, slot_size);
+	vbi_event(ctx, VB_EV_PEER_UP, p->name, "RC QP %u; the peer has %u slots of %u bytes",
+		  p->qp->qpn, slots, slot_size);
 }
 
 static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl,
@@ -723,10 +735,9 @@ static void *accept_main(void *arg)
 	struct vbt_conn_param cp = ctx->cp;
 	struct vbi_peer *p = NULL;
 
-	/* Short CM waits so stop is noticed; each accepted handshake step
-	 * still has this bound. */
-	if (cp.cm_timeout_ms > 1000)
-		cp.cm_timeout_ms = 1000;
+	/* Wait for requests in short slices so stop is noticed; the handshake
+	 * steps after a request keep the full cm_timeout_ms. */
+	cp.accept_wait_ms = 500;
 	while (!atomic_load(&node->stop)) {
 		int rc;
 
@@ -841,7 +852,7 @@ int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 		goto err;
 	/* The handshake is complete when the peer's HELLO has arrived. */
 	t0 = now_ms();
-	while (!__atomic_load_n(&p->up, __ATOMIC_ACQUIRE)) {
+	while (!atomic_load(&p->up)) {
 		if (p->dead)
 			return vbi_err(-ECONNRESET, "connection to %s:%u failed during handshake",
 				       ip, port);

@@ -41,9 +41,18 @@ static uint32_t random_session(void)
 	return v;
 }
 
-static bool pp_pending(const struct vbi_pubpeer *pp)
+/* Does @pp have messages to frame? txlock held; takes the pub's lock (the
+ * window moves under it). */
+static bool pp_pending(struct vbi_pubpeer *pp)
 {
-	return !pp->dead && pp->sent < pp->pub->win.next_seq - 1;
+	bool r;
+
+	if (pp->dead)
+		return false;
+	pthread_mutex_lock(&pp->pub->lock);
+	r = pp->sent < pp->pub->win.next_seq - 1;
+	pthread_mutex_unlock(&pp->pub->lock);
+	return r;
 }
 
 /* ---- window release and acknowledgements (pub->lock held) -------------------------- */
@@ -312,11 +321,13 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		p->sends_total++;
 		atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
+		pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
 		pp->frag_sent += flen;
 		if (pp->frag_sent == m->len) {
 			pp->frag_sent = 0;
 			pp->sent++;
 		}
+		pthread_mutex_unlock(&pub->lock);
 		return 1;
 	}
 	/* Batch: the ACKs we owe this peer first (piggybacked), then whole
@@ -346,7 +357,9 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 	pthread_mutex_unlock(&pub->lock);
 	rc = vbi_peer_post(p, s, off, true);
 	if (rc) {
+		pthread_mutex_lock(&pub->lock);
 		pp->sent -= frames;
+		pthread_mutex_unlock(&pub->lock);
 		vbi_sring_untake(&p->sr);
 		return rc;
 	}
@@ -776,7 +789,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	for (unsigned t = 0; t < nt; t++) {
 		struct vbi_peer *p = targets[t];
 
-		if (__atomic_load_n(&p->sr.outstanding, __ATOMIC_RELAXED) < p->sr.n / 2)
+		if (atomic_load_explicit(&p->sr.outstanding, memory_order_relaxed) < p->sr.n / 2)
 			vbi_peer_flush(p);
 	}
 	if (seq_out)

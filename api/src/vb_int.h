@@ -94,7 +94,8 @@ struct vbi_sring {
 	uint32_t n;              /* entries (== SQ depth) */
 	uint32_t head;           /* next to post */
 	uint32_t tail;           /* oldest outstanding */
-	uint32_t outstanding;
+	atomic_uint outstanding;   /* written under the ring's lock; read
+				    * without it by busy heuristics */
 	uint32_t since_signal;
 	struct vbi_buf hdr_area; /* n x 64 bytes */
 };
@@ -139,10 +140,11 @@ struct vbi_peer {
 	char name[VBI_NAME_MAX];
 	struct vbt_qp *qp;
 	struct vbt_conn *conn;
-	bool up;                 /* HELLO received, QP healthy */
-	bool dead;               /* error seen: no more posts */
-	bool closing;
-	bool remote_closed;      /* the peer said BYE */
+	/* state flags: read without locks from several threads */
+	atomic_bool up;          /* HELLO received, QP healthy */
+	atomic_bool dead;        /* error seen: no more posts */
+	atomic_bool closing;
+	atomic_bool remote_closed; /* the peer said BYE */
 
 	pthread_mutex_t txlock;
 	struct vbi_sring sr;
@@ -152,8 +154,8 @@ struct vbi_peer {
 	uint32_t remote_slot_size;
 	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
-	bool hello_sent;
-	bool subs_pending;       /* our SUBs still to be (re)sent */
+	atomic_bool hello_sent;
+	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 
 	/* receive side: slots are the progress context's; to_return, dirty,
 	 * delivered_since_ack and last_rx_ms are under txlock, because any
@@ -251,6 +253,11 @@ struct vb_ctx {
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
 	atomic_bool fanout_pending; /* a FANOUT batch waits to be posted */
+	/* Bumped (release) after a thread other than the progress thread has
+	 * built objects that completions will point at, before their first
+	 * post; the progress thread reads it (acquire) before dispatching.
+	 * The device orders this for real; this makes it visible to TSan. */
+	atomic_uint init_gen;
 
 	pthread_mutex_t lock;      /* node list, peer count */
 	struct vb_node *nodes;

@@ -116,6 +116,7 @@ static int subscriber(void *arg)
 		usleep(20000);
 	}
 	vb_sub_stats(sub, &st);
+	vb_sub_destroy(sub); /* no callback runs after it: r is final */
 	printf("sub %d: delivered %llu + lost %llu = %llu of %llu published (%llu gaps; callback "
 	       "saw %llu lost in %llu gaps), %llu bad\n", idx, (unsigned long long)st.delivered,
 	       (unsigned long long)st.lost, (unsigned long long)(st.delivered + st.lost),
@@ -130,7 +131,6 @@ static int subscriber(void *arg)
 		if (write(result_pipe[1], res, sizeof(res)) != sizeof(res))
 			ok = 0;
 	}
-	vb_sub_destroy(sub);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
 	return ok ? 0 : 1;

@@ -58,7 +58,7 @@ static void on_single(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 	uint64_t i = m->seq - 1;
 
 	if (m->seq != r->next_seq) {
-		if (r->errors++ < 5)
+		if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED) < 5)
 			fprintf(stderr, "single: seq %llu, expected %llu\n",
 				(unsigned long long)m->seq, (unsigned long long)r->next_seq);
 		r->next_seq = m->seq + 1;
@@ -66,14 +66,14 @@ static void on_single(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 	}
 	r->next_seq++;
 	if (m->len != msg_len(i) || vbt_msg_verify(m->data, m->len, 0, i, &why)) {
-		if (r->errors++ < 5)
+		if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED) < 5)
 			fprintf(stderr, "single: seq %llu len %zu (want %zu): %s\n",
 				(unsigned long long)m->seq, m->len, msg_len(i),
 				m->len != msg_len(i) ? "length" : why);
 		return;
 	}
-	r->got++;
-	r->bytes += m->len;
+	__atomic_fetch_add(&r->bytes, m->len, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&r->got, 1, __ATOMIC_RELAXED);
 }
 
 static void on_mt(vb_sub_t *sub, const vb_msg_t *m, void *arg)
@@ -85,17 +85,17 @@ static void on_mt(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 
 	if (vbt_msg_peek(m->data, m->len, &stream, &ctr) || stream < 1 || stream > 2 * NTHREADS ||
 	    vbt_msg_verify(m->data, m->len, stream, ctr, &why)) {
-		if (r->errors++ < 5)
+		if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED) < 5)
 			fprintf(stderr, "mt '%s': bad message: %s\n", m->topic, why);
 		return;
 	}
 	if (ctr != r->next_ctr[stream - 1]) {
-		if (r->errors++ < 5)
+		if (__atomic_fetch_add(&r->errors, 1, __ATOMIC_RELAXED) < 5)
 			fprintf(stderr, "mt stream %u: counter %llu, expected %llu\n", stream,
 				(unsigned long long)ctr, (unsigned long long)r->next_ctr[stream - 1]);
 	}
 	r->next_ctr[stream - 1] = ctr + 1;
-	r->mt_got++;
+	__atomic_fetch_add(&r->mt_got, 1, __ATOMIC_RELAXED);
 }
 
 static int port_pipe[2];
@@ -159,15 +159,16 @@ static int subscriber(void *unused)
 		}
 		usleep(20000);
 	}
-	printf("sub: single stream %llu/%llu messages intact (%llu bytes), multi-thread %llu/%llu, "
-	       "%llu errors\n", (unsigned long long)r.got, (unsigned long long)total_single(),
-	       (unsigned long long)r.bytes, (unsigned long long)r.mt_got,
-	       (unsigned long long)want_mt, (unsigned long long)r.errors);
-	/* let the final acknowledgements leave before tearing down */
+	/* let the last acknowledgements leave, then stop delivery before
+	 * reading the counters without atomics */
 	usleep(300000);
 	vb_sub_destroy(single);
 	for (int t = 0; t <= NTHREADS; t++)
 		vb_sub_destroy(mt[t]);
+	printf("sub: single stream %llu/%llu messages intact (%llu bytes), multi-thread %llu/%llu, "
+	       "%llu errors\n", (unsigned long long)r.got, (unsigned long long)total_single(),
+	       (unsigned long long)r.bytes, (unsigned long long)r.mt_got,
+	       (unsigned long long)want_mt, (unsigned long long)r.errors);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
 	return r.got == total_single() && r.mt_got == want_mt && !r.errors ? 0 : 1;

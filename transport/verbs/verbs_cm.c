@@ -366,7 +366,8 @@ int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn
 	c = conn_new(qp);
 	if (!c)
 		return -ENOMEM;
-	rc = cm_expect(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0, p->cm_timeout_ms, &ev);
+	rc = cm_expect(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
+		       p->accept_wait_ms > 0 ? p->accept_wait_ms : p->cm_timeout_ms, &ev);
 	if (rc)
 		goto err_free;
 	c->id = ev->id;
