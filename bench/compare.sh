@@ -222,8 +222,11 @@ why() {
     return
   fi
   rc=$(cat "$out/raw/$name.rc")
-  last=$(grep -v '^[[:space:]]*$' "$out/raw/$name.out" 2>/dev/null \
-    | grep -viE '^(\[compare|bench |-{5})' | tail -1 | tr -s ' \t' ' ' | cut -c1-60)
+  last=$(grep -iE "unable|fail|error|couldn't|no subscriber|refused|timed out" \
+    "$out/raw/$name.out" 2>/dev/null | grep -v 'verbus warn' | tail -1)
+  [ -n "$last" ] || last=$(grep -v '^[[:space:]]*$' "$out/raw/$name.out" 2>/dev/null \
+    | grep -viE '^(\[compare|bench |-{5}| *#bytes)' | tail -1)
+  last=$(echo "$last" | tr -s ' \t' ' ' | sed 's/^ //' | cut -c1-50)
   case "$rc" in
     124|137) echo "n/a (timeout)" ;;
     0) echo "n/a (no figure in output${last:+: $last})" ;;
@@ -249,9 +252,14 @@ parse_perftest_lat() { # NAME -> pt.NAME.{p50,p90,p99,p999,max} in us
 }
 
 parse_perftest_bw() { # NAME SIZE -> NAME.msgs, NAME.mbs
-  local name=$1 size=$2 f="$out/raw/$1.out" mpps
-  [ -s "$f" ] || return
-  mpps=$(awk -v s="$size" '$1 == s && NF >= 5 && $5 ~ /^[0-9.]+/ { v = $5 } END { if (v != "") print v }' "$f")
+  # the server's (receiver's) figure, as verbus measures at the receiver;
+  # the client's when the server printed none
+  local name=$1 size=$2 f mpps=""
+  for f in "$out/raw/$1.srv" "$out/raw/$1.out"; do
+    [ -s "$f" ] || continue
+    mpps=$(awk -v s="$size" '$1 == s && NF >= 5 && $5 ~ /^[0-9.]+/ { v = $5 + 0 } END { if (v != "") print v }' "$f")
+    [ -n "$mpps" ] && break
+  done
   [ -n "$mpps" ] || return
   kv "$name.msgs" "$(awk -v m="$mpps" 'BEGIN { printf "%.0f", m * 1e6 }')"
   kv "$name.mbs" "$(awk -v m="$mpps" -v s="$size" 'BEGIN { printf "%.2f", m * s }')"
