@@ -565,8 +565,12 @@ void vbi_peer_rc_recv(struct vbi_peer *p, struct vbi_slot *slot, uint32_t byte_l
 	struct vb_node *node = p->node;
 
 	pthread_rwlock_rdlock(&node->lock);
-	if (!p->dead && !p->closing)
+	if (!byte_len) { /* a SEND with no frame in it */
+		atomic_fetch_add(&node->ctx->st.malformed, 1);
+		vbi_event(node->ctx, VB_EV_PROTOCOL, p->name, "empty SEND dropped");
+	} else if (!p->dead && !p->closing) {
 		dispatch_frames(node->ctx, p, slot->buf.addr, byte_len);
+	}
 	pthread_rwlock_unlock(&node->lock);
 	if (p->closing)
 		return;
@@ -669,6 +673,11 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 {
 	const uint8_t *buf = (const uint8_t *)slot->buf.addr + VBI_UD_GRH;
 	uint32_t len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0, off = 0;
+
+	if (!len) {
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "empty datagram dropped");
+	}
 
 	pthread_mutex_lock(&ctx->lock);
 	while (off < len) {

@@ -44,24 +44,60 @@ static void reasm_free(void *buf, void *arg)
 	free(buf);
 }
 
-static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session)
+static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer *peer,
+			 uint32_t session)
 {
-	struct vbi_rxs *r;
-
-	for (r = sub->streams; r; r = r->next)
-		if (r->session == session && r->peer == peer)
-			return r;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return NULL;
+	vbi_reasm_fini(&r->reasm);
 	r->peer = peer;
 	r->session = session;
 	r->topic = sub->topic_id;
 	vbi_rx_init(&r->rx, sub->cls == VB_ORDERED ? VBI_RX_ORDERED : VBI_RX_FANOUT);
 	vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
+	r->acked_sent = 0;
+	atomic_fetch_add(&sub->publishers, 1);
+}
+
+/*
+ * The stream of publisher @session (arriving on @peer for ORDERED, NULL for
+ * datagrams). A new session on an ORDERED connection replaces the old one
+ * (one publisher per topic per node: the old instance is gone). Streams are
+ * bounded (a peer inventing sessions must not grow memory): at the bound the
+ * longest-idle stream (idle > 1 s, not on an ACK list) is reused, else the
+ * message is refused (NULL).
+ */
+static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session)
+{
+	struct vbi_rxs *r, *oldest = NULL;
+	uint64_t now = vbi_now_ms();
+
+	for (r = sub->streams; r; r = r->next) {
+		if (r->session == session && r->peer == peer) {
+			r->last_ms = now;
+			return r;
+		}
+		if (peer && r->peer == peer && !r->in_dirty) {
+			stream_reset(sub, r, peer, session);
+			r->last_ms = now;
+			return r;
+		}
+		if (!r->in_dirty && (!oldest || r->last_ms < oldest->last_ms))
+			oldest = r;
+	}
+	if (sub->nstreams >= VBI_MAX_STREAMS_PER_SUB) {
+		if (!oldest || now - oldest->last_ms < 1000)
+			return NULL;
+		stream_reset(sub, oldest, peer, session);
+		oldest->last_ms = now;
+		return oldest;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	stream_reset(sub, r, peer, session);
+	r->last_ms = now;
 	r->next = sub->streams;
 	sub->streams = r;
-	atomic_fetch_add(&sub->publishers, 1);
+	sub->nstreams++;
 	return r;
 }
 
@@ -137,7 +173,10 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	int rc;
 
 	if (!r) {
-		vbi_error("'%s': out of memory for a new publisher stream", sub->topic);
+		atomic_fetch_add(&sub->node->ctx->st.malformed, 1);
+		vbi_event(sub->node->ctx, VB_EV_PROTOCOL, peer ? peer->name : "(datagram)",
+			  "'%s': no stream for publisher session %08x (limit %d or no memory): "
+			  "dropped", sub->topic, h->session, VBI_MAX_STREAMS_PER_SUB);
 		return;
 	}
 	if (h->type == VBI_WT_HEARTBEAT) {
@@ -253,6 +292,19 @@ int vb_sub_destroy(vb_sub_t *sub)
 			*pp = sub->next;
 			break;
 		}
+	/* What was delivered is acknowledged before the streams go (a
+	 * publisher may be waiting on the last message). */
+	for (struct vbi_peer *p = node->peers; p; p = p->next) {
+		uint8_t buf[VBI_WIRE_HDR_LEN * 64];
+		struct vbi_rxs *upto;
+		uint32_t len;
+
+		pthread_mutex_lock(&p->txlock);
+		if (p->up && !p->dead && (len = vbi_peer_build_acks(p, buf, sizeof(buf), &upto)) &&
+		    vbi_peer_send_ctrl(p, buf, len) == 0)
+			vbi_peer_acks_sent(p, upto);
+		pthread_mutex_unlock(&p->txlock);
+	}
 	while (sub->streams) {
 		struct vbi_rxs *r = sub->streams;
 

@@ -45,6 +45,7 @@
 #define VBI_NAME_MAX 32
 #define VBI_HELLO_VERSION 1
 #define VBI_UD_GRH 40
+#define VBI_MAX_STREAMS_PER_SUB 1024 /* publisher sessions per subscriber */
 
 struct vbi_peer;
 struct vb_pub;
@@ -129,6 +130,7 @@ struct vbi_rxs {
 	struct vbi_rxstream rx;
 	struct vbi_reasm reasm;
 	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged */
+	uint64_t last_ms;        /* last message (stream reuse at the bound) */
 	bool ack_urgent;
 	struct vbi_rxs *next_dirty; /* peer's list of streams to acknowledge */
 	bool in_dirty;
@@ -206,6 +208,7 @@ struct vb_sub {
 	vb_sub_attr_t attr;
 	struct vbi_rxs *streams;   /* progress context only */
 	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers;
+	unsigned nstreams;         /* progress context only */
 };
 
 struct vb_node {

@@ -11,7 +11,7 @@
  * for the victim's vb_ctx_stats().malformed to move by exactly the expected
  * amount, and checks the VB_EV_PROTOCOL events reported with it:
  *   bad magic, bad version, unknown type, unknown flags, reserved bits,
- *   a runt SEND, len beyond the bytes received (also an overflowing len),
+ *   an empty SEND, a runt SEND, len beyond the bytes received (also an overflowing len),
  *   msg_len above max_msg, inconsistent fragment fields (offset past the
  *   end, FIRST/LAST wrong, seq 0, flags on a control frame), a good frame
  *   followed by a bad one, stray fragments of an ORDERED message, a repeated
@@ -554,12 +554,13 @@ static void rc_header_garbage(struct rawqp *a)
 	inject_raw_bytes(a, "unknown flag bit 7", 4, flags, 2);
 	inject_raw_bytes(a, "reserved field set", 6, rsvd, 2);
 
-	/* an empty SEND carries no frame: nothing to count, nothing breaks */
+	/* an empty SEND carries no frame: counted and dropped */
 	raw_send(a, buf, 0, NULL, NULL);
+	expect("empty SEND", 1, 1, 0);
 	h = data_hdr(T_ORDERED, 64);
 	frame(buf, &h, 64);
 	raw_send(a, buf, 12, NULL, NULL);
-	expect("runt SEND (12 bytes; an empty SEND before it)", 1, 1, 0);
+	expect("runt SEND (12 bytes)", 1, 1, 0);
 
 	h = data_hdr(T_ORDERED, 1000);
 	inject_rc(a, "len 1000, 100 bytes arrived", &h, 100, 0);
