@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +83,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	memset(a, 0, sizeof(*a));
 	a->size = sizeof(*a);
 	a->progress = VB_PROGRESS_THREAD;
-	a->progress_spin = 2000;
+	a->progress_spin = 64;
 	a->msg_rate = 100000;
 	a->latency_ms = 1.0;
 	a->max_msg = 1u << 20;
@@ -91,6 +92,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->max_peers = 16;
 	a->window = 4096;
 	a->cm_timeout_ms = 5000;
+	a->batch_us = 50;
 
 	env_str("VERBUS_DEVICE", &a->device);
 	env_str("VERBUS_IP", &a->ip);
@@ -111,6 +113,19 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	env_size("VERBUS_POOL_CAP", &a->pool_cap);
 	env_unsigned("VERBUS_MAX_PEERS", &a->max_peers);
 	env_unsigned("VERBUS_WINDOW", &a->window);
+	{
+		const char *b = getenv("VERBUS_BATCH_US");
+
+		if (b && *b) { /* 0 is meaningful here */
+			char *end;
+			unsigned long v = strtoul(b, &end, 0);
+
+			if (*end || v > 100000)
+				vbi_warn("VERBUS_BATCH_US=%s ignored: 0..100000", b);
+			else
+				a->batch_us = (unsigned)v;
+		}
+	}
 	to = (size_t)a->cm_timeout_ms;
 	env_size("VERBUS_CM_TIMEOUT_MS", &to);
 	if (to <= 600000)
@@ -143,11 +158,23 @@ static int check_attr(const vb_ctx_attr_t *a)
 
 /* ---- small shared helpers ---------------------------------------------------- */
 
-uint64_t vbi_now_ms(void)
+uint64_t vbi_now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Millisecond timers (heartbeats, idle ACKs) use the coarse clock: it is
+ * read from the vDSO without touching the clock hardware, which matters
+ * where that is slow (HPET in a VM: a system call and an emulated MMIO
+ * read per call). Resolution is a scheduler tick. */
+uint64_t vbi_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -360,14 +387,18 @@ static int ud_open(struct vb_ctx *ctx)
 
 static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
 {
+	bool held = false;
+
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vbi_peer *p = n->peers; p; p = p->next)
-			vbi_peer_after_poll(p, idle);
+			held |= vbi_peer_after_poll(p, idle);
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	if (!held && !atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+		atomic_store_explicit(&ctx->batch_pending, false, memory_order_relaxed);
 }
 
 int vbi_progress_once(struct vb_ctx *ctx)
@@ -460,6 +491,13 @@ int vb_progress(vb_ctx_t *ctx)
 		return 0;
 	n = vbi_progress_once(ctx);
 	pthread_mutex_unlock(&ctx->progress_lock);
+	/* A spinning caller gives the CPU away now and then: where cores are
+	 * shared (a VM, Soft-RoCE's kernel work in softirq context) a spin that
+	 * never enters the kernel can starve the very work it waits for until
+	 * the next scheduler tick. With a core of its own, sched_yield()
+	 * returns at once. */
+	if (n == 0 && !(++ctx->idle_polls & 63))
+		sched_yield();
 	return n;
 }
 
@@ -478,8 +516,18 @@ static void *progress_main(void *arg)
 			idle = 0;
 			continue;
 		}
-		if (++idle < ctx->attr.progress_spin)
+		if (++idle < ctx->attr.progress_spin) {
+			if (!(idle & 63))
+				sched_yield(); /* see vb_progress() */
 			continue;
+		}
+		if (atomic_load_explicit(&ctx->batch_pending, memory_order_relaxed)) {
+			/* held batches are due within batch_us: nap, don't block */
+			struct timespec ts = { 0, 20000 };
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
 		/* Block: arm, poll once more (a completion may have slipped in
 		 * before the arm), then sleep until one arrives (bounded, so
 		 * stop and timed work are noticed). */
@@ -522,6 +570,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	if (!ctx)
 		return vbi_err(-ENOMEM, "context");
 	ctx->attr = *attr;
+	ctx->batch_ns = (uint64_t)attr->batch_us * 1000;
 	ctx->ops = &vbt_verbs_ops;
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ud_lock, NULL);

@@ -644,27 +644,34 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto)
  * held for reading (so subscribers, whose streams sit on the dirty list,
  * cannot go away meanwhile).
  */
-void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
+bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 	struct vbi_rxs *upto;
-	bool urgent = false, due;
+	bool urgent = false, due, held = false;
+	uint64_t since;
 	uint32_t len;
 
 	if (p->dead || p->closing || !p->hello_sent)
-		return;
+		return false;
 	if (p->subs_pending && p->up)
 		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
-	vbi_peer_flush(p);
+	/* Data held for batching goes once it is batch_us old. */
+	since = atomic_load_explicit(&p->hold_since_ns, memory_order_relaxed);
+	if (since && vbi_now_ns() - since < p->node->ctx->batch_ns)
+		held = true;
+	else
+		vbi_peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
 	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
 		urgent |= r->ack_urgent;
 	due = urgent || p->to_return >= p->nslots / 4 || p->delivered_since_ack >= 256 ||
-	      (idle && (p->dirty || p->to_return) && vbi_now_ms() - p->last_rx_ms >= 1);
+	      (idle && (p->dirty || p->to_return) && vbi_now_ms() - p->last_rx_ms >= 2);
 	if (due && (len = vbi_peer_build_acks(p, buf, sizeof(buf), &upto)) &&
 	    vbi_peer_send_ctrl(p, buf, len) == 0)
 		vbi_peer_acks_sent(p, upto);
 	pthread_mutex_unlock(&p->txlock);
+	return held;
 }
 
 /* ---- UD receive (FANOUT) --------------------------------------------------------------- */

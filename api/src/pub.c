@@ -375,8 +375,10 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 void vbi_peer_flush(struct vbi_peer *p)
 {
 	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
+	bool posted = false;
 
 	pthread_mutex_lock(&p->txlock);
+	atomic_store_explicit(&p->hold_since_ns, 0, memory_order_relaxed);
 	if (p->remote_slot_size && p->remote_slot_size < cap)
 		cap = p->remote_slot_size;
 	while (!p->dead && !p->closing && p->up && p->hello_sent) {
@@ -401,7 +403,10 @@ void vbi_peer_flush(struct vbi_peer *p)
 		}
 		if (rc == 0)
 			break;
+		posted = true;
 	}
+	if (posted)
+		atomic_store_explicit(&p->last_post_ns, vbi_now_ns(), memory_order_relaxed);
 	pthread_mutex_unlock(&p->txlock);
 }
 
@@ -477,6 +482,7 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt)
 		return -EAGAIN;
 	pub->batch = NULL;
+	pub->last_post_ns = vbi_now_ns();
 	if (pub->batch_frames > 1)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
 					  memory_order_relaxed);
@@ -485,14 +491,16 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	return 0;
 }
 
-/* Progress thread: post FANOUT batches once the datagram queue has room to
- * spare (or it is idle). */
+/* Progress thread: post FANOUT batches that are batch_us old (and have
+ * room in the datagram queue). */
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 {
+	uint64_t now;
+
+	(void)idle;
 	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
 		return;
-	if (!idle && ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4)
-		return;
+	now = vbi_now_ns();
 	atomic_store(&ctx->fanout_pending, false);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
@@ -502,7 +510,8 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
-			if (fanout_flush_batch(ctx, pub))
+			if (pub->batch && (now - pub->batch_since_ns < ctx->batch_ns ||
+					   fanout_flush_batch(ctx, pub)))
 				atomic_store(&ctx->fanout_pending, true);
 			pthread_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&ctx->ud_lock);
@@ -535,7 +544,9 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	nt = fanout_targets(pub, targets, 64);
 	if (nfrag == 1) {
 		size_t fs = vbi_wire_frame_size(m->len);
-		bool busy = ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4;
+		uint64_t now = vbi_now_ns();
+		bool busy = ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4 ||
+			    (ctx->batch_ns && now - pub->last_post_ns < ctx->batch_ns);
 
 		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
 			goto full;
@@ -545,6 +556,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 			pub->batch = m; /* this message's buffer becomes the batch */
 			pub->batch_off = 0;
 			pub->batch_frames = 0;
+			pub->batch_since_ns = now;
 		}
 		seq = ++pub->fanout_seq;
 		pub->last_pub_ms = vbi_now_ms();
@@ -566,10 +578,12 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		}
 		if (pub->batch != m)
 			vbi_msg_put(ctx, m); /* copied into the batch */
-		if (!busy || pub->batch_off + VBI_WIRE_HDR_LEN + 8 > mtu)
+		if (!busy || pub->batch_off + VBI_WIRE_HDR_LEN + 8 > mtu) {
 			fanout_flush_batch(ctx, pub);
-		else
+		} else {
 			atomic_store(&ctx->fanout_pending, true);
+			atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
+		}
 		goto done;
 	}
 	/* fragmented: the pending batch goes first, then every datagram */
@@ -598,6 +612,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	}
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
 	fanout_post(ctx, pub, m, nfrag, lens, targets, nt);
+	pub->last_post_ns = vbi_now_ns();
 done:
 	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&ctx->ud_lock);
@@ -783,14 +798,27 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	pthread_mutex_unlock(&pub->lock);
 	claim->priv_ = NULL;
 	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
-	/* Post now unless the queue is busy: then the progress thread batches
-	 * what accumulates when completions come back (no added latency when
-	 * idle, fewer and fuller SENDs under load). */
+	/* Adaptive batching: an isolated publish is posted now (no added
+	 * latency when idle); one that follows the last post to this peer
+	 * within batch_us, or finds the send queue half full, is held for up
+	 * to batch_us so the messages that join it share one SEND (the
+	 * progress thread posts it when due). */
 	for (unsigned t = 0; t < nt; t++) {
 		struct vbi_peer *p = targets[t];
+		uint64_t now = vbi_now_ns();
+		bool busy = atomic_load_explicit(&p->sr.outstanding, memory_order_relaxed) >=
+			    p->sr.n / 2;
 
-		if (atomic_load_explicit(&p->sr.outstanding, memory_order_relaxed) < p->sr.n / 2)
+		if (!busy && (!ctx->batch_ns ||
+			      now - atomic_load_explicit(&p->last_post_ns, memory_order_relaxed) >=
+				      ctx->batch_ns)) {
 			vbi_peer_flush(p);
+			continue;
+		}
+		uint_fast64_t zero = 0;
+
+		atomic_compare_exchange_strong(&p->hold_since_ns, &zero, now);
+		atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
 	}
 	if (seq_out)
 		*seq_out = seq;

@@ -156,6 +156,8 @@ struct vbi_peer {
 	uint32_t remote_slot_size;
 	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
+	atomic_uint_fast64_t last_post_ns; /* last data SEND posted */
+	atomic_uint_fast64_t hold_since_ns; /* data held for batching since (0: none) */
 	atomic_bool hello_sent;
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 
@@ -192,6 +194,8 @@ struct vb_pub {
 	uint64_t last_pub_ms;      /* FANOUT: when it last published */
 	struct vbi_msg *batch;     /* FANOUT: datagram being filled (ud_lock) */
 	uint32_t batch_off, batch_frames;
+	uint64_t batch_since_ns;   /* FANOUT: when the batch got its first frame */
+	uint64_t last_post_ns;     /* FANOUT: last datagram posted (ud_lock) */
 	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
 	unsigned hb_sent;          /* ... and how many times */
 	struct vbi_pubpeer *peers; /* subscriber peers */
@@ -253,9 +257,12 @@ struct vb_ctx {
 	bool thread_running;
 	atomic_bool stop;
 	pthread_mutex_t progress_lock;
+	unsigned idle_polls;       /* APP mode: consecutive empty polls */
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
 	atomic_bool fanout_pending; /* a FANOUT batch waits to be posted */
+	atomic_bool batch_pending;  /* some data is held for batching */
+	uint64_t batch_ns;          /* attr.batch_us in ns */
 	/* Bumped (release) after a thread other than the progress thread has
 	 * built objects that completions will point at, before their first
 	 * post; the progress thread reads it (acquire) before dispatching.
@@ -295,7 +302,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto);
 void vbi_peer_rc_recv(struct vbi_peer *peer, struct vbi_slot *slot, uint32_t byte_len);
-void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+bool vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 int vbi_peer_send_ctrl(struct vbi_peer *peer, const void *frames, uint32_t len);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
@@ -309,6 +316,7 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 uint64_t vbi_now_ms(void);
+uint64_t vbi_now_ns(void);
 
 int vbi_check_topic(const char *topic);
 

@@ -127,7 +127,9 @@ typedef struct vb_ctx_attr {
 	const char *device;     /* RDMA device name; NULL = by ip, else first [VERBUS_DEVICE] */
 	const char *ip;         /* local address choosing the device [VERBUS_IP] */
 	vb_progress_mode_t progress; /* [VERBUS_PROGRESS=thread|app] */
-	unsigned progress_spin; /* empty polls before the thread blocks, 2000 [VERBUS_PROGRESS_SPIN] */
+	unsigned progress_spin; /* empty polls before the thread blocks, 64
+				 * [VERBUS_PROGRESS_SPIN]; raise it for lower
+				 * latency on cores of its own */
 	double msg_rate;        /* expected peak messages/s per connection, 100000 [VERBUS_MSG_RATE] */
 	double latency_ms;      /* expected completion latency, 1.0 [VERBUS_LATENCY_MS];
 				 * queues are sized rate x latency x 1.5 */
@@ -140,6 +142,13 @@ typedef struct vb_ctx_attr {
 	int cm_timeout_ms;      /* bound on each connection step, 5000 [VERBUS_CM_TIMEOUT_MS] */
 	vb_event_fn on_event;   /* may be NULL */
 	void *event_arg;
+	unsigned batch_us;      /* adaptive batching: a publish that follows the
+				 * previous post on the same connection (or
+				 * datagram endpoint) within this many us is held
+				 * up to this long and sent with the messages that
+				 * join it in one SEND / datagram; an isolated
+				 * publish is posted at once. 0 = never hold.
+				 * 50 [VERBUS_BATCH_US] */
 } vb_ctx_attr_t;
 
 /**
