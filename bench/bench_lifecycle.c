@@ -274,6 +274,21 @@ out:
 	return rc;
 }
 
+/* One JSON line per QP type: every step's p50/p99/mean with the config. */
+static void json_run(FILE *f, struct run *r, const char *dev)
+{
+	fprintf(f, "{\"bench\":\"lifecycle\",\"device\":\"%s\",\"qp_type\":\"%s\",\"qps\":%u,"
+		   "\"unit\":\"us\",\"steps\":{", dev, vbi_qp_type_name(r->type), r->n);
+	for (int s = 0, first = 1; s < S__COUNT; s++) {
+		if (!r->s[s].n)
+			continue;
+		fprintf(f, "%s\"%s\":{\"p50\":%.1f,\"p99\":%.1f,\"mean\":%.1f}", first ? "" : ",",
+			s_name[s], pct(&r->s[s], 50), pct(&r->s[s], 99), mean(&r->s[s]));
+		first = 0;
+	}
+	fprintf(f, "},\"qpn_reused\":%u}\n", r->qpn_reused);
+}
+
 static void print_run(struct run *r, const char *dev)
 {
 	double cold, warm, rec, rts;
@@ -313,6 +328,8 @@ int vb_bench_lifecycle(int argc, char **argv)
 	struct vbt_cq *cq = NULL;
 	struct vbt_cq_attr ca = { .cqe = 256 };
 	struct run runs[2] = { { .type = VB_QPT_RC }, { .type = VB_QPT_UD } };
+	const char *json = NULL;
+	FILE *jf = NULL;
 	int rc = 1;
 
 	for (int i = 0; i < argc; i++) {
@@ -320,8 +337,11 @@ int vb_bench_lifecycle(int argc, char **argv)
 			devname = argv[++i];
 		} else if (!strcmp(argv[i], "--qps") && i + 1 < argc) {
 			n = (unsigned)strtoul(argv[++i], NULL, 10);
+		} else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+			json = argv[++i];
 		} else {
-			fprintf(stderr, "usage: vb_bench lifecycle [--device NAME] [--qps N (>= 200)]\n");
+			fprintf(stderr, "usage: vb_bench lifecycle [--device NAME] [--qps N (>= 200)] "
+					"[--json FILE]\n");
 			return 2;
 		}
 	}
@@ -350,8 +370,12 @@ int vb_bench_lifecycle(int argc, char **argv)
 		if (one_type(dev, pd, cq, &runs[t]))
 			goto out;
 		print_run(&runs[t], dev->caps.name);
+		if (json && (jf || (jf = fopen(json, "a"))))
+			json_run(jf, &runs[t], dev->caps.name);
 	}
-	rc = 0;
+	rc = json && !jf;
+	if (rc)
+		fprintf(stderr, "vb_bench lifecycle: cannot write %s\n", json);
 out:
 	for (int t = 0; t < 2; t++)
 		for (int s = 0; s < S__COUNT; s++)
@@ -362,6 +386,8 @@ out:
 		rc = 1;
 	if (dev)
 		dev->ops->dev_close(dev);
+	if (jf)
+		fclose(jf);
 	vbi_rcu_unregister_thread();
 	return rc;
 }

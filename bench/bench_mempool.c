@@ -248,7 +248,7 @@ static int malloc_is_jemalloc(void)
 static int usage(void)
 {
 	fprintf(stderr, "usage: vb_bench mempool [--iters N] [--messages N] [--reg-iters N] "
-			"[--device NAME] [--no-device]\n");
+			"[--device NAME] [--no-device] [--json FILE]\n");
 	return 2;
 }
 
@@ -265,6 +265,8 @@ int vb_bench_mempool(int argc, char **argv)
 	struct vbi_mempool *pool = NULL;
 	double reg_ns[NSIZES];
 	const char *je_malloc;
+	const char *json = NULL;
+	FILE *jf = NULL;
 
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -277,8 +279,14 @@ int vb_bench_mempool(int argc, char **argv)
 			devname = argv[++i];
 		else if (!strcmp(argv[i], "--no-device"))
 			use_dev = 0;
+		else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+			json = argv[++i];
 		else
 			return usage();
+	}
+	if (json && !(jf = fopen(json, "a"))) {
+		fprintf(stderr, "vb_bench mempool: cannot write %s: %s\n", json, strerror(errno));
+		return 1;
 	}
 	if (iters < BATCH || messages < 1 || reg_iters < 1)
 		return usage();
@@ -341,6 +349,11 @@ int vb_bench_mempool(int argc, char **argv)
 		}
 		printf("%10zu %9.1f %9.1f %9.1f %8.2fx %9.1f %8.2fx\n", sizes[i], m, x, p, p / x, q,
 		       q / x);
+		if (jf)
+			fprintf(jf, "{\"bench\":\"mempool\",\"figure\":\"alloc_free_ns\",\"size\":%zu,"
+				    "\"pairs\":%ld,\"malloc\":%.1f,\"mallocx\":%.1f,\"pool\":%.1f,"
+				    "\"pool_sized\":%.1f,\"pool_vs_mallocx\":%.3f}\n", sizes[i], n * REPEAT,
+				m, x, p, q, p / x);
 	}
 	{
 		struct vbi_mempool_stats st;
@@ -366,6 +379,11 @@ int vb_bench_mempool(int argc, char **argv)
 				printf("%10zu %14s (%s)\n", sizes[i], "failed", strerror(errno));
 			else
 				printf("%10zu %14.0f %13.0fx\n", sizes[i], reg_ns[i], reg_ns[i] / p);
+			if (jf && reg_ns[i] >= 0)
+				fprintf(jf, "{\"bench\":\"mempool\",\"figure\":\"reg_dereg_ns\","
+					    "\"device\":\"%s\",\"size\":%zu,\"reg_dereg\":%.0f,"
+					    "\"pool_alloc_free\":%.1f}\n", ibv_get_device_name(dev->device),
+					sizes[i], reg_ns[i], p);
 		}
 	}
 
@@ -384,6 +402,12 @@ int vb_bench_mempool(int argc, char **argv)
 		printf("%-9s %8ld %8ld %7u %6.1f %10.1f %12ld\n", steady ? "steady" : "wandering",
 		       m.warm_regs, m.after_regs, m.st.chunks, m.st.utilization_pct, m.ns_per_msg,
 		       messages);
+		if (jf)
+			fprintf(jf, "{\"bench\":\"mempool\",\"figure\":\"registrations\",\"mix\":\"%s\","
+				    "\"messages\":%ld,\"warmup_regs\":%ld,\"after_warmup_regs\":%ld,"
+				    "\"chunks\":%u,\"utilization_pct\":%.1f,\"ns_per_msg\":%.1f}\n",
+				steady ? "steady" : "wandering", messages, m.warm_regs, m.after_regs,
+				m.st.chunks, m.st.utilization_pct, m.ns_per_msg);
 	}
 	printf("(steady: each of the %d in-flight slots keeps one size class; wandering: every "
 	       "size random, so the peak keeps moving)\n", WINDOW);
@@ -395,5 +419,7 @@ out:
 		ibv_dealloc_pd(pd);
 	if (dev)
 		ibv_close_device(dev);
+	if (jf)
+		fclose(jf);
 	return rc ? 1 : 0;
 }

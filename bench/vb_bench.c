@@ -16,8 +16,8 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: vb_bench <subcommand> [options]\n"
 		   "  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
-		   "  mempool [--no-device]   registered slab pool vs malloc and per-message ibv_reg_mr\n"
-		   "  lifecycle [--device NAME] [--qps N]   QP bring-up/teardown: cold vs pool vs recycled\n"
+		   "  mempool [--no-device] [--json FILE]   registered slab pool vs malloc and per-message ibv_reg_mr\n"
+		   "  lifecycle [--device NAME] [--qps N] [--json FILE]   QP bring-up/teardown: cold vs pool vs recycled\n"
 		   "  lat    [--class ordered|fanout] [--size N,...] [--count N] [--rate R]   ping-pong\n"
 		   "  bw     [--class ordered|fanout] [--size N,...] [--count N]   one-way throughput\n"
 		   "  fanout [--class fanout|ordered] [--size N,...] [--count N] [--subs N]\n"
