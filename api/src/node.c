@@ -408,7 +408,8 @@ static void on_hello(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uin
 	}
 	slots = get32(pl + HELLO_SLOTS);
 	slot_size = get32(pl + HELLO_SLOT_SIZE);
-	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20)) {
+	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20) ||
+	    slot_size % 64) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_peer_failed(p, "HELLO with impossible slot geometry");
 		return;
