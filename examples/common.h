@@ -151,6 +151,22 @@ static inline void ex_linger(void)
 	ex_sleep_us(300000);
 }
 
+/* A context on the RDMA device that owns @ip (defaults + VERBUS_* env);
+ * NULL after printing why. */
+static inline vb_ctx_t *ex_open_ctx(const char *ip)
+{
+	vb_ctx_attr_t ca;
+	vb_ctx_t *ctx;
+
+	vb_ctx_attr_init(&ca);
+	ca.ip = ip;
+	if (vb_ctx_create(&ca, &ctx)) {
+		fprintf(stderr, "vb_ctx_create: %s\n", vb_errmsg());
+		return NULL;
+	}
+	return ctx;
+}
+
 /* FNV-1a 64, folded over several buffers by passing the previous value. */
 static inline uint64_t ex_fnv64(uint64_t h, const void *data, size_t len)
 {

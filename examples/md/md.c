@@ -66,20 +66,6 @@ static void usage(void)
 		"  (default 20000); --demo runs everything on IP (default " EX_DEFAULT_IP ").\n");
 }
 
-static vb_ctx_t *open_ctx(const char *ip)
-{
-	vb_ctx_attr_t ca;
-	vb_ctx_t *ctx;
-
-	vb_ctx_attr_init(&ca);
-	ca.ip = ip;
-	if (vb_ctx_create(&ca, &ctx)) {
-		fprintf(stderr, "vb_ctx_create: %s\n", vb_errmsg());
-		return NULL;
-	}
-	return ctx;
-}
-
 /* Quote @n (and its book for snapshots) into @buf; returns its length. */
 static size_t make_quote(uint8_t *buf, uint64_t n)
 {
@@ -125,7 +111,7 @@ static int run_feed(const struct opts *o)
 {
 	vb_node_attr_t na;
 	vb_pub_attr_t pa;
-	vb_ctx_t *ctx = open_ctx(o->ip);
+	vb_ctx_t *ctx = ex_open_ctx(o->ip);
 	vb_node_t *node = NULL;
 	vb_pub_t *quotes = NULL, *ctl = NULL;
 	struct feed_wait w;
@@ -263,7 +249,7 @@ static int run_sub(const struct opts *o)
 	static struct mdsub s;
 	vb_node_attr_t na;
 	vb_sub_attr_t sa;
-	vb_ctx_t *ctx = open_ctx(o->ip);
+	vb_ctx_t *ctx = ex_open_ctx(o->ip);
 	vb_node_t *node = NULL;
 	vb_sub_t *quotes = NULL, *ctl = NULL;
 	vb_sub_stats_t st;

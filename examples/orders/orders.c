@@ -64,20 +64,6 @@ static void usage(void)
 		"  --demo forks an engine and a gateway on IP (default " EX_DEFAULT_IP ").\n");
 }
 
-static vb_ctx_t *open_ctx(const char *ip)
-{
-	vb_ctx_attr_t ca;
-	vb_ctx_t *ctx;
-
-	vb_ctx_attr_init(&ca);
-	ca.ip = ip;
-	if (vb_ctx_create(&ca, &ctx)) {
-		fprintf(stderr, "vb_ctx_create: %s\n", vb_errmsg());
-		return NULL;
-	}
-	return ctx;
-}
-
 /* ---- matching engine ------------------------------------------------------------ */
 
 /* Orders arrive on the progress thread; fills are published from main(),
@@ -126,7 +112,7 @@ static int run_engine(const struct opts *o)
 	vb_node_attr_t na;
 	vb_pub_attr_t pa;
 	vb_sub_attr_t sa;
-	vb_ctx_t *ctx = open_ctx(o->ip);
+	vb_ctx_t *ctx = ex_open_ctx(o->ip);
 	vb_node_t *node = NULL;
 	vb_pub_t *fills = NULL;
 	vb_sub_t *orders = NULL;
@@ -293,7 +279,7 @@ static int run_gateway(const struct opts *o)
 	int rc = 1, wrc;
 
 	g.fills_per_order = calloc(o->count + 1, 1);
-	if (!g.fills_per_order || !(ctx = open_ctx(o->ip)))
+	if (!g.fills_per_order || !(ctx = ex_open_ctx(o->ip)))
 		return 1;
 	vb_node_attr_init(&na);
 	na.name = "gateway";

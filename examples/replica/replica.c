@@ -63,20 +63,6 @@ static void usage(void)
 		"  replicas; --demo runs everything on IP (default " EX_DEFAULT_IP ").\n");
 }
 
-static vb_ctx_t *open_ctx(const char *ip)
-{
-	vb_ctx_attr_t ca;
-	vb_ctx_t *ctx;
-
-	vb_ctx_attr_init(&ca);
-	ca.ip = ip;
-	if (vb_ctx_create(&ca, &ctx)) {
-		fprintf(stderr, "vb_ctx_create: %s\n", vb_errmsg());
-		return NULL;
-	}
-	return ctx;
-}
-
 /* Record @i: header + 16..1024 bytes derived from @i. Returns its size. */
 static size_t make_record(uint8_t *buf, uint64_t i)
 {
@@ -154,7 +140,7 @@ static int run_writer(const struct opts *o)
 	vb_node_attr_t na;
 	vb_pub_attr_t pa;
 	vb_sub_attr_t sa;
-	vb_ctx_t *ctx = open_ctx(o->ip);
+	vb_ctx_t *ctx = ex_open_ctx(o->ip);
 	vb_node_t *node = NULL;
 	vb_pub_t *log = NULL;
 	vb_sub_t *sums = NULL;
@@ -364,7 +350,7 @@ static int run_replica(const struct opts *o)
 		perror(o->log);
 		return 1;
 	}
-	if (!(ctx = open_ctx(o->ip)))
+	if (!(ctx = ex_open_ctx(o->ip)))
 		return 1;
 	vb_node_attr_init(&na);
 	na.name = o->name;
