@@ -349,6 +349,16 @@ void *vbi_path_set_standby(struct vbi_path *p, void *lane)
 	return old;
 }
 
+int vbi_path_has_standby(struct vbi_path *p)
+{
+	int r;
+
+	pthread_mutex_lock(&p->mu);
+	r = p->standby != NULL;
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
+
 void *vbi_path_take_standby(struct vbi_path *p)
 {
 	return vbi_path_set_standby(p, NULL);

@@ -292,6 +292,8 @@ int vbi_path_resume(struct vbi_path *p, uint64_t now);
 /* Install @lane (fully warmed, of the current mode) as the standby; returns
  * the previous standby (NULL if none) for the caller to retire. */
 void *vbi_path_set_standby(struct vbi_path *p, void *lane);
+/* Is a standby installed? (a snapshot) */
+int vbi_path_has_standby(struct vbi_path *p);
 /* Take the standby out (NULL if none). */
 void *vbi_path_take_standby(struct vbi_path *p);
 

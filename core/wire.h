@@ -19,6 +19,7 @@
 #define VBI_WIRE_MAGIC 0x5642u /* "BV" on the wire (little-endian "VB") */
 #define VBI_WIRE_VERSION 1u
 #define VBI_WIRE_HDR_LEN 40u
+#define VBI_WIRE_OFF_EPOCH 16 /* byte offset of the epoch (patched in place on resend) */
 #define VBI_WIRE_ALIGN 8u
 /* Hard upper bound on a message a peer may announce (msg_len). */
 #define VBI_WIRE_MAX_MSG (64u << 20)
@@ -32,7 +33,9 @@ enum vbi_wire_type {
 	VBI_WT_SUB = 6,       /* subscribe: topic id; payload = class byte + name */
 	VBI_WT_UNSUB = 7,     /* unsubscribe: topic id */
 	VBI_WT_BYE = 8,       /* the sender closes this connection on purpose */
-	VBI_WT__MAX = 8,
+	VBI_WT_LANE = 9,      /* the sender now transmits on the connection this
+			       * frame arrived on (failover): switch to it too */
+	VBI_WT__MAX = 9,
 };
 
 enum vbi_wire_flags {
