@@ -93,9 +93,20 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->window = 4096;
 	a->cm_timeout_ms = 5000;
 	a->batch_us = 50;
+	a->standby = 1;
 
 	env_str("VERBUS_DEVICE", &a->device);
 	env_str("VERBUS_IP", &a->ip);
+	env_str("VERBUS_STANDBY_DEVICE", &a->standby_device);
+	env_str("VERBUS_STANDBY_IP", &a->standby_ip);
+	{
+		const char *sb = getenv("VERBUS_STANDBY");
+
+		if (sb && (!strcmp(sb, "0") || !strcmp(sb, "1")))
+			a->standby = *sb == '1';
+		else if (sb && *sb)
+			vbi_warn("VERBUS_STANDBY=%s ignored: 0 or 1", sb);
+	}
 	env_str("VERBUS_PROGRESS", &mode);
 	if (mode) {
 		if (!strcasecmp(mode, "app"))
@@ -158,7 +169,7 @@ static int check_attr(const vb_ctx_attr_t *a)
 
 /* ---- small shared helpers ---------------------------------------------------- */
 
-static uint64_t mono_ns(void)
+uint64_t vbi_mono_ns(void)
 {
 	struct timespec ts;
 
@@ -181,10 +192,10 @@ static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
 static void tsc_calibrate(void)
 {
 	struct timespec nap = { 0, 2000000 };
-	uint64_t n0 = mono_ns(), t0 = __rdtsc(), n1, t1;
+	uint64_t n0 = vbi_mono_ns(), t0 = __rdtsc(), n1, t1;
 
 	nanosleep(&nap, NULL);
-	n1 = mono_ns();
+	n1 = vbi_mono_ns();
 	t1 = __rdtsc();
 	if (n1 > n0 && t1 > t0)
 		tsc_per_ns = (double)(t1 - t0) / (double)(n1 - n0);
@@ -195,12 +206,12 @@ uint64_t vbi_now_ns(void)
 	pthread_once(&tsc_once, tsc_calibrate);
 	if (tsc_per_ns > 0)
 		return (uint64_t)((double)__rdtsc() / tsc_per_ns);
-	return mono_ns();
+	return vbi_mono_ns();
 }
 #else
 uint64_t vbi_now_ns(void)
 {
-	return mono_ns();
+	return vbi_mono_ns();
 }
 #endif
 
@@ -241,16 +252,30 @@ void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const
 
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
 {
+	(void)ctx;
 	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
-		vbi_mempool_free(ctx->pool, m->buf.addr);
+		vbi_mempool_free(m->dr->pool, m->buf.addr);
 		free(m);
+	}
+}
+
+/* Reap completions: the progress thread does it, or this thread in APP mode. */
+void vbi_progress_or_nap(struct vb_ctx *ctx)
+{
+	if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
+		vbi_progress_once(ctx);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	} else {
+		struct timespec ts = { 0, 200000 };
+
+		nanosleep(&ts, NULL);
 	}
 }
 
 /* ---- send rings ------------------------------------------------------------------ */
 
-int vbi_sring_init(struct vb_ctx *ctx, struct vbi_sring *sr, uint32_t n, uint8_t kind,
-		   struct vbi_peer *peer, bool batch_bufs)
+int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
+		   uint32_t n, uint8_t kind, struct vbi_lane *lane, bool batch_bufs)
 {
 	int rc;
 
@@ -259,18 +284,19 @@ int vbi_sring_init(struct vb_ctx *ctx, struct vbi_sring *sr, uint32_t n, uint8_t
 	if (!sr->ctx)
 		return vbi_err(-ENOMEM, "send ring of %u entries", n);
 	sr->n = n;
-	rc = vbi_mempool_alloc(ctx->pool, (size_t)n * 64, &sr->hdr_area);
+	sr->pool = pool;
+	rc = vbi_mempool_alloc(pool, (size_t)n * 64, &sr->hdr_area);
 	if (rc)
 		goto err;
 	for (uint32_t i = 0; i < n; i++) {
 		struct vbi_sctx *s = &sr->ctx[i];
 
 		s->kind = kind;
-		s->peer = peer;
+		s->lane = lane;
 		s->hdr = (uint8_t *)sr->hdr_area.addr + (size_t)i * 64;
 		s->hdr_lkey = sr->hdr_area.lkey;
 		if (batch_bufs) {
-			rc = vbi_mempool_alloc(ctx->pool, ctx->attr.slot_size, &s->buf);
+			rc = vbi_mempool_alloc(pool, ctx->attr.slot_size, &s->buf);
 			if (rc)
 				goto err;
 		}
@@ -288,9 +314,9 @@ void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr)
 	vbi_sring_release_upto(ctx, sr, NULL);
 	for (uint32_t i = 0; i < sr->n; i++)
 		if (sr->ctx[i].buf.addr)
-			vbi_mempool_free(ctx->pool, sr->ctx[i].buf.addr);
+			vbi_mempool_free(sr->pool, sr->ctx[i].buf.addr);
 	if (sr->hdr_area.addr)
-		vbi_mempool_free(ctx->pool, sr->hdr_area.addr);
+		vbi_mempool_free(sr->pool, sr->hdr_area.addr);
 	free(sr->ctx);
 	memset(sr, 0, sizeof(*sr));
 }
@@ -400,8 +426,8 @@ static int ud_open(struct vb_ctx *ctx)
 		rc = vbt_qp_bring_up(ctx->ud_qp, &ctx->cp, &ctx->ud_local, NULL);
 	if (rc)
 		return vbi_err_prefix(rc, "UD QP %u bring-up", ctx->ud_qp->qpn);
-	rc = vbi_sring_init(ctx, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr, VBI_WR_UD_SEND, NULL,
-			    false);
+	rc = vbi_sring_init(ctx, ctx->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
+			    VBI_WR_UD_SEND, NULL, false);
 	if (rc)
 		return rc;
 	ctx->ud_nslots = ctx->ud_qp->cap.max_recv_wr;
@@ -439,10 +465,35 @@ static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
 		atomic_store_explicit(&ctx->batch_pending, false, memory_order_relaxed);
 }
 
-int vbi_progress_once(struct vb_ctx *ctx)
+/* A failed completion on lane @l: classify, count, and report a disruptive
+ * verdict (flushes of a lane we are retiring are only reclaimed). */
+static void lane_wc_error(struct vb_ctx *ctx, struct vbi_lane *l, const struct vbt_wc *wc,
+			  struct vbi_sctx *s)
+{
+	bool draining = atomic_load(&l->draining) || atomic_load(&l->dead);
+	struct vbi_err_verdict v = vbi_errpol_wc(&ctx->errpol, wc->status,
+						 draining ? VBI_ERRPOL_DRAINING : 0);
+
+	if (v.action == VBI_ACT_REREGISTER_AND_RESET && s) {
+		/* Re-validate the failing WR's buffers against the pool: a
+		 * stale lkey would fail again on the next lane. */
+		uint32_t lkey;
+
+		if (s->buf.addr && vbi_mempool_lkey(l->dr->pool, s->buf.addr, 1, &lkey, NULL) == 0 &&
+		    lkey != s->buf.lkey) {
+			vbi_warn("lane %u: send buffer lkey %#x is stale (pool: %#x): fixed", l->id,
+				 s->buf.lkey, lkey);
+			s->buf.lkey = lkey;
+		}
+	}
+	if (vbi_err_action_disrupts(v.action))
+		vbi_lane_report(l, v, vbt_wc_status_str(wc->status));
+}
+
+static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 {
 	struct vbt_wc wc[32];
-	int n = vbt_cq_poll(ctx->cq, wc, 32);
+	int n = vbt_cq_poll(cq, wc, 32);
 
 	if (n < 0) {
 		vbi_error("completion queue poll failed: %s", vbi_errmsg());
@@ -455,28 +506,28 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		bool ok = wc[i].status == VBT_WC_SUCCESS;
 
 		switch (kind) {
-		/* A peer being drained is freed as soon as its last WR is
+		/* A lane being drained is freed as soon as its last WR is
 		 * accounted for: the decrement / release is the last touch. */
 		case VBI_WR_RC_RECV: {
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
-			struct vbi_peer *p = s->peer;
+			struct vbi_lane *l = s->lane;
 
 			if (ok)
-				vbi_peer_rc_recv(p, s, wc[i].byte_len);
-			else if (wc[i].status != VBT_WC_WR_FLUSH_ERR || !p->closing)
-				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
-			atomic_fetch_sub(&p->posted_recvs, 1);
+				vbi_lane_rc_recv(l, s, wc[i].byte_len);
+			else
+				lane_wc_error(ctx, l, &wc[i], NULL);
+			atomic_fetch_sub(&l->posted_recvs, 1);
 			break;
 		}
 		case VBI_WR_RC_SEND: {
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
-			struct vbi_peer *p = s->peer;
+			struct vbi_lane *l = s->lane;
 
-			if (!ok && !(p->closing && wc[i].status == VBT_WC_WR_FLUSH_ERR))
-				vbi_peer_failed(p, vbt_wc_status_str(wc[i].status));
-			pthread_mutex_lock(&p->txlock);
-			vbi_sring_release_upto(ctx, &p->sr, s);
-			pthread_mutex_unlock(&p->txlock);
+			if (!ok)
+				lane_wc_error(ctx, l, &wc[i], s);
+			pthread_mutex_lock(l->lk);
+			vbi_sring_release_upto(ctx, &l->sr, s);
+			pthread_mutex_unlock(l->lk);
 			break;
 		}
 		case VBI_WR_UD_RECV: {
@@ -504,6 +555,26 @@ int vbi_progress_once(struct vb_ctx *ctx)
 			break;
 		}
 	}
+	return n;
+}
+
+int vbi_progress_once(struct vb_ctx *ctx)
+{
+	int n = 0;
+
+	for (unsigned d = 0; d < ctx->ndev; d++) {
+		int r;
+
+		if (atomic_load_explicit(&ctx->dr[d].fatal, memory_order_relaxed))
+			continue; /* a removed device's CQ completes nothing */
+		r = poll_cq(ctx, ctx->dr[d].cq);
+		if (r < 0)
+			return r;
+		if (r)
+			ctx->wait_dev = d;
+		n += r;
+	}
+	vbi_peer_handle_failures(ctx);
 	for_each_peer_after_poll(ctx, n == 0);
 	vbi_pub_fanout_flush(ctx, n == 0);
 	if (n == 0) {
@@ -568,13 +639,16 @@ static void *progress_main(void *arg)
 		}
 		/* Block: arm, poll once more (a completion may have slipped in
 		 * before the arm), then sleep until one arrives (bounded, so
-		 * stop and timed work are noticed). */
-		if (ctx->cq->ops->cq_arm(ctx->cq, 0) == 0) {
+		 * stop and timed work are noticed). With two devices, block on
+		 * the busier one's CQ, briefly. */
+		struct vbt_cq *cq = ctx->dr[ctx->wait_dev < ctx->ndev ? ctx->wait_dev : 0].cq;
+
+		if (!atomic_load(&ctx->dr[ctx->wait_dev].fatal) && cq->ops->cq_arm(cq, 0) == 0) {
 			pthread_mutex_lock(&ctx->progress_lock);
 			n = vbi_progress_once(ctx);
 			pthread_mutex_unlock(&ctx->progress_lock);
 			if (n == 0)
-				ctx->cq->ops->cq_wait(ctx->cq, 20);
+				cq->ops->cq_wait(cq, ctx->ndev > 1 ? 5 : 20);
 		} else {
 			struct timespec ts = { 0, 200000 };
 
@@ -587,16 +661,66 @@ static void *progress_main(void *arg)
 
 /* ---- create / destroy ----------------------------------------------------------------------- */
 
+/* Device @idx: open, PD, registered pool, CQ (@cqe entries). */
+static int devres_open(struct vb_ctx *ctx, unsigned idx, const char *name, const char *ip)
+{
+	struct vbi_devres *dr = &ctx->dr[idx];
+	struct vbt_dev_attr da = { .gid_index = -1, .event_cb = vbi_dev_event, .event_arg = dr };
+	int rc;
+
+	dr->ctx = ctx;
+	dr->idx = idx;
+	da.name = name;
+	da.ip = ip;
+	rc = ctx->ops->dev_open(&da, &dr->dev);
+	if (rc)
+		return vbi_err_prefix(rc, "%s device", idx ? "standby" : "primary");
+	rc = ctx->ops->pd_alloc(dr->dev, &dr->pd);
+	if (rc)
+		return rc;
+	ctx->ndev = idx + 1;
+	return 0;
+}
+
+static int devres_finish(struct vb_ctx *ctx, unsigned idx, int cqe)
+{
+	struct vbi_devres *dr = &ctx->dr[idx];
+	struct vbi_mempool_attr pa;
+	struct vbt_cq_attr ca = { .channel = 1, .cqe = cqe };
+	int rc;
+
+	vbi_mempool_attr_init(&pa);
+	pa.max_registered = ctx->attr.pool_cap;
+	pa.name = idx ? "verbus-standby" : "verbus";
+	rc = vbi_mempool_create(&pa, &pool_reg_ops, dr->pd, &dr->pool);
+	if (rc)
+		return rc;
+	return ctx->ops->cq_create(dr->dev, &ca, &dr->cq);
+}
+
+static void devres_close(struct vb_ctx *ctx, unsigned idx)
+{
+	struct vbi_devres *dr = &ctx->dr[idx];
+
+	if (dr->cq)
+		ctx->ops->cq_destroy(dr->cq);
+	if (dr->pool)
+		vbi_mempool_destroy(dr->pool);
+	if (dr->pd)
+		ctx->ops->pd_free(dr->pd);
+	if (dr->dev)
+		ctx->ops->dev_close(dr->dev);
+	memset(dr, 0, sizeof(*dr));
+}
+
 int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 {
 	struct vb_ctx *ctx;
-	struct vbt_dev_attr da = { .gid_index = -1 };
-	struct vbi_mempool_attr pa;
 	struct vbi_sizing_in si = { 0 };
-	struct vbt_cq_attr ca = { .channel = 1 };
-	uint32_t depths[2];
+	uint32_t per_qp;
 	struct vbi_cq_sizing cqs;
 	char desc[512];
+	unsigned nqp;
 	int rc;
 
 	if (!out)
@@ -614,17 +738,28 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ud_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
+	vbi_errpol_init(&ctx->errpol);
 	vbt_conn_param_init(&ctx->cp);
 	ctx->cp.cm_timeout_ms = attr->cm_timeout_ms;
+	/* RC QPs accept RDMA WRITE at the QP level, but no memory region is
+	 * registered with remote access (the pool's are local-write only), so
+	 * nothing is exposed: a stray or forged write is a protection fault
+	 * (REM_ACCESS_ERR, classified and recovered), not an invalid request. */
+	ctx->cp.access = VBT_ACCESS_REMOTE_WRITE;
 
-	da.name = attr->device;
-	da.ip = attr->ip;
-	rc = ctx->ops->dev_open(&da, &ctx->dev);
+	rc = devres_open(ctx, 0, attr->device, attr->ip);
 	if (rc)
 		goto err;
-	rc = ctx->ops->pd_alloc(ctx->dev, &ctx->pd);
-	if (rc)
-		goto err;
+	if (attr->standby_device || attr->standby_ip) {
+		rc = devres_open(ctx, 1, attr->standby_device, attr->standby_ip);
+		if (rc)
+			goto err;
+		if (ctx->dr[1].dev->caps.active_mtu != ctx->dr[0].dev->caps.active_mtu)
+			vbi_info("standby device %s has another MTU than %s",
+				 ctx->dr[1].dev->caps.name, ctx->dr[0].dev->caps.name);
+	}
+	ctx->dev = ctx->dr[0].dev;
+	ctx->pd = ctx->dr[0].pd;
 
 	/* Queues from the declared load (core/sizing), clamped and reported. */
 	si.msg_rate_per_sec = attr->msg_rate;
@@ -633,46 +768,52 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	si.max_qp_wr = ctx->dev->caps.max_qp_wr;
 	si.max_cqe = ctx->dev->caps.max_cqe;
 	si.max_inline_data = ctx->dev->caps.max_inline_data;
+	for (unsigned i = 1; i < ctx->ndev; i++) { /* the tighter device rules */
+		if (ctx->dr[i].dev->caps.max_qp_wr < si.max_qp_wr)
+			si.max_qp_wr = ctx->dr[i].dev->caps.max_qp_wr;
+		if (ctx->dr[i].dev->caps.max_cqe < si.max_cqe)
+			si.max_cqe = ctx->dr[i].dev->caps.max_cqe;
+		if (ctx->dr[i].dev->caps.max_inline_data < si.max_inline_data)
+			si.max_inline_data = ctx->dr[i].dev->caps.max_inline_data;
+	}
 	rc = vbi_sizing_compute(&si, &ctx->sz);
 	if (rc)
 		goto err;
-	/* One CQ serves every RC QP (max_peers) and the UD QP. */
-	depths[0] = ctx->sz.sq_depth + ctx->sz.rq_depth;
-	depths[1] = depths[0];
+	/* One CQ per device serves its QPs: per peer the active connection and
+	 * its standby (with one device both are on it), the UD QP, and one
+	 * connection being replaced. */
+	per_qp = ctx->sz.sq_depth + ctx->sz.rq_depth;
+	nqp = 2 * attr->max_peers + 2;
 	{
-		uint32_t *d = calloc(attr->max_peers + 1, sizeof(*d));
+		uint32_t *d = calloc(nqp, sizeof(*d));
 
 		if (!d) {
 			rc = vbi_err(-ENOMEM, "sizing");
 			goto err;
 		}
-		for (unsigned i = 0; i <= attr->max_peers; i++)
-			d[i] = depths[0];
-		rc = vbi_sizing_cq(d, attr->max_peers + 1, ctx->dev->caps.max_cqe, &cqs);
+		for (unsigned i = 0; i < nqp; i++)
+			d[i] = per_qp;
+		rc = vbi_sizing_cq(d, nqp, si.max_cqe, &cqs);
 		free(d);
 	}
 	if (rc)
 		goto err;
 	if (cqs.clamped) {
-		rc = vbi_err(-EINVAL, "a CQ for %u peers needs %llu entries, device max_cqe is %u: "
-			     "lower max_peers, msg_rate or latency_ms", attr->max_peers,
-			     (unsigned long long)cqs.wanted, ctx->dev->caps.max_cqe);
+		rc = vbi_err(-EINVAL, "a CQ for %u peers (with standbys) needs %llu entries, device "
+			     "max_cqe is %u: lower max_peers, msg_rate or latency_ms",
+			     attr->max_peers, (unsigned long long)cqs.wanted, si.max_cqe);
 		goto err;
 	}
 	ctx->sz.cq_depth = cqs.depth;
 	vbi_sizing_describe(&ctx->sz, desc, sizeof(desc));
-	vbi_info("%s; shared CQ %u entries for %u peers", desc, cqs.depth, attr->max_peers);
-
-	vbi_mempool_attr_init(&pa);
-	pa.max_registered = attr->pool_cap;
-	pa.name = "verbus";
-	rc = vbi_mempool_create(&pa, &pool_reg_ops, ctx->pd, &ctx->pool);
-	if (rc)
-		goto err;
-	ca.cqe = (int)cqs.depth;
-	rc = ctx->ops->cq_create(ctx->dev, &ca, &ctx->cq);
-	if (rc)
-		goto err;
+	vbi_info("%s; CQ of %u entries per device for %u peers%s%s", desc, cqs.depth,
+		 attr->max_peers, ctx->ndev > 1 ? "; standby device " : "",
+		 ctx->ndev > 1 ? ctx->dr[1].dev->caps.name : "");
+	for (unsigned i = 0; i < ctx->ndev; i++)
+		if ((rc = devres_finish(ctx, i, (int)cqs.depth)))
+			goto err;
+	ctx->pool = ctx->dr[0].pool;
+	ctx->cq = ctx->dr[0].cq;
 	ctx->ud_mtu = 128u << ctx->dev->caps.active_mtu;
 	rc = ud_open(ctx);
 	if (rc)
@@ -716,9 +857,10 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 		/* Flush the UD QP and reap every outstanding WR once. */
 		struct timespec t0, t;
 
-		vbt_qp_set_state(ctx->ud_qp, VB_QPS_ERR);
+		if (!atomic_load(&ctx->dr[0].fatal))
+			vbt_qp_set_state(ctx->ud_qp, VB_QPS_ERR);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		while (ctx->ud_posted || ctx->ud_sr.outstanding) {
+		while ((ctx->ud_posted || ctx->ud_sr.outstanding) && !atomic_load(&ctx->dr[0].fatal)) {
 			if (vbi_progress_once(ctx) < 0)
 				break;
 			clock_gettime(CLOCK_MONOTONIC, &t);
@@ -737,19 +879,18 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 				vbi_mempool_free(ctx->pool, ctx->ud_slots[i].buf.addr);
 		free(ctx->ud_slots);
 	}
-	if (ctx->cq)
-		ctx->ops->cq_destroy(ctx->cq);
-	if (ctx->pool)
-		vbi_mempool_destroy(ctx->pool);
-	if (ctx->pd)
-		ctx->ops->pd_free(ctx->pd);
-	if (ctx->dev)
-		ctx->ops->dev_close(ctx->dev);
+	for (unsigned i = 2; i-- > 0;)
+		devres_close(ctx, i);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ud_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	free(ctx);
 	return 0;
+}
+
+const char *vb_recovery_action_name(unsigned i)
+{
+	return i < VBI_ACT__COUNT ? vbi_err_action_name((enum vbi_err_action)i) : "?";
 }
 
 int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
@@ -772,6 +913,25 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 	st->backpressure = atomic_load(&ctx->st.backpressure);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
+	st->failovers = atomic_load(&ctx->st.failovers);
+	st->rebuilds = atomic_load(&ctx->st.rebuilds);
+	st->path_downs = atomic_load(&ctx->st.path_downs);
+	st->retransmits = atomic_load(&ctx->st.retransmits);
+	st->stale_frames = atomic_load(&ctx->st.stale_frames);
+	st->lanes_created = atomic_load(&ctx->st.lanes_created);
+	st->lanes_retired = atomic_load(&ctx->st.lanes_retired);
+	st->standbys_warmed = atomic_load(&ctx->st.standbys_warmed);
+	st->recover_last_ns = atomic_load(&ctx->st.recover_last_ns);
+	st->recover_max_ns = atomic_load(&ctx->st.recover_max_ns);
+	{
+		struct vbi_errpol_stats es;
+
+		_Static_assert(VBI_ACT__COUNT <= sizeof(st->err_by_action) / sizeof(uint64_t),
+			       "vb_stats_t.err_by_action too small");
+		vbi_errpol_snapshot(&ctx->errpol, &es);
+		for (unsigned i = 0; i < VBI_ACT__COUNT; i++)
+			st->err_by_action[i] = es.by_action[i];
+	}
 	pthread_mutex_lock(&ctx->lock);
 	st->peers = ctx->npeers;
 	pthread_mutex_unlock(&ctx->lock);

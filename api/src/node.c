@@ -11,18 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "api/src/vb_int.h"
 #include "core/err.h"
 #include "core/log.h"
-
-/* HELLO payload (little-endian), after the wire header. */
-enum {
-	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
-	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
-	HELLO_LEN = HELLO_NAME + VBI_NAME_MAX,
-};
 
 static uint64_t now_ms(void)
 {
@@ -32,48 +26,20 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
+/* ---- control sends on the active lane (peer->txlock held) ------------------------------ */
 
-/* ---- credits and control sends (peer->txlock held) ----------------------------- */
-
-static uint32_t peer_credits(const struct vbi_peer *p)
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len)
 {
-	return (uint32_t)(p->remote_slots + p->returned_total - p->sends_total);
-}
-
-/*
- * Post one SEND of @len bytes already in @s->buf (or inline from @inl).
- * Data sends keep one credit in reserve so credit-returning control frames
- * can always flow; control sends may use it. Caller holds txlock, checked
- * credits and ring space.
- */
-int vbi_peer_post(struct vbi_peer *p, struct vbi_sctx *s, uint32_t len, bool last)
-{
-	struct vb_ctx *ctx = p->node->ctx;
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, len, s->buf.lkey };
-	struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
-				  .opcode = VBT_WR_SEND };
-	const struct vbt_send_wr *bad;
+	struct vbi_lane *l;
 	int rc;
 
-	/* Signal the last send of a burst and every quarter ring, so unsignaled
-	 * entries are always released by a later completion. */
-	if (last || ++p->sr.since_signal >= p->sr.n / 4 || p->sr.outstanding >= p->sr.n - 1) {
-		wr.flags |= VBT_SEND_SIGNALED;
-		p->sr.since_signal = 0;
-		s->signaled = true;
-	}
-	if (len <= p->qp->cap.max_inline_data) {
-		wr.flags |= VBT_SEND_INLINE;
-		atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
-	}
-	rc = vbt_post_send(p->qp, &wr, &bad);
-	if (rc)
-		return rc;
-	p->sends_total++;
-	atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
-	return 0;
+	if (p->dead || p->closing)
+		return -ENOTCONN;
+	vbi_rcu_enter();
+	l = vbi_peer_lane(p);
+	rc = l && atomic_load(&l->hello_rcvd) ? vbi_lane_send_ctrl(l, frames, len) : -EAGAIN;
+	vbi_rcu_leave();
+	return rc;
 }
 
 /* Undo vbi_sring_take() for an entry that was not posted. */
@@ -83,82 +49,44 @@ void vbi_sring_untake(struct vbi_sring *sr)
 	sr->outstanding--;
 }
 
-int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len)
-{
-	struct vbi_sctx *s;
-	int rc;
+/* ---- peers -------------------------------------------------------------------------------- */
 
-	if (p->dead || p->closing)
-		return -ENOTCONN;
-	if (len > p->node->ctx->attr.slot_size || (p->remote_slot_size && len > p->remote_slot_size))
-		return vbi_err(-EMSGSIZE, "control frames of %u bytes", len);
-	if (peer_credits(p) < 1 || p->sr.outstanding >= p->sr.n)
-		return -EAGAIN;
-	s = vbi_sring_take(&p->sr);
-	memcpy(s->buf.addr, frames, len);
-	rc = vbi_peer_post(p, s, len, true);
-	if (rc)
-		vbi_sring_untake(&p->sr);
-	return rc;
+struct vbi_peer *vbi_peer_alloc(struct vb_node *node)
+{
+	struct vbi_peer *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		vbi_err(-ENOMEM, "peer");
+		return NULL;
+	}
+	p->node = node;
+	pthread_mutex_init(&p->txlock, NULL);
+	snprintf(p->name, sizeof(p->name), "?");
+	p->next_lane_id = 1;
+	if (vbi_peer_init_path(p)) {
+		pthread_mutex_destroy(&p->txlock);
+		free(p);
+		return NULL;
+	}
+	return p;
 }
 
-/* ---- receive slots ------------------------------------------------------------------ */
-
-static int post_slot(struct vbi_peer *p, struct vbi_slot *s)
-{
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, (uint32_t)p->node->ctx->attr.slot_size,
-			       s->buf.lkey };
-	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
-	const struct vbt_recv_wr *bad;
-	int rc = vbt_post_recv(p->qp, &wr, &bad);
-
-	if (!rc)
-		atomic_fetch_add(&p->posted_recvs, 1);
-	return rc;
-}
-
-/* ---- peer creation / destruction ------------------------------------------------------ */
-
-static void peer_free(struct vbi_peer *p)
+/* Every lane must be gone (vbi_lane_destroy_now) before. */
+void vbi_peer_free(struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 
-	if (p->conn)
-		ctx->ops->conn_close(p->conn);
-	if (p->qp)
-		ctx->ops->qp_destroy(p->qp);
 	if (p->ah)
 		ctx->ops->ah_destroy(p->ah);
-	pthread_mutex_lock(&p->txlock);
-	vbi_sring_fini(ctx, &p->sr);
-	pthread_mutex_unlock(&p->txlock);
-	if (p->slots) {
-		for (uint32_t i = 0; i < p->nslots; i++)
-			if (p->slots[i].buf.addr)
-				vbi_mempool_free(ctx->pool, p->slots[i].buf.addr);
-		free(p->slots);
-	}
 	while (p->rsubs) {
 		struct vbi_rsub *r = p->rsubs;
 
 		p->rsubs = r->next;
 		free(r);
 	}
+	vbi_path_fini(&p->path);
 	pthread_mutex_destroy(&p->txlock);
 	free(p);
-}
-
-/* Reap completions: the progress thread does it, or this thread in APP mode. */
-static void progress_or_nap(struct vb_ctx *ctx)
-{
-	if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
-		vbi_progress_once(ctx);
-		pthread_mutex_unlock(&ctx->progress_lock);
-	} else {
-		struct timespec ts = { 0, 200000 };
-
-		nanosleep(&ts, NULL);
-	}
 }
 
 /* Tell a live peer we are closing (so it does not take the silence for a
@@ -168,11 +96,13 @@ static void peer_say_bye(struct vbi_peer *p)
 	uint8_t buf[VBI_WIRE_HDR_LEN];
 	struct vbi_wire_hdr h = { .type = VBI_WT_BYE };
 	uint64_t t0 = now_ms();
+	struct vbi_lane *l;
 	int rc;
 
 	vbi_wire_put(buf, &h);
 	pthread_mutex_lock(&p->txlock);
-	rc = p->up && !p->dead ? vbi_peer_send_ctrl(p, buf, sizeof(buf)) : -ENOTCONN;
+	l = vbi_path_lane(&p->path);
+	rc = p->up && !p->dead && l ? vbi_peer_send_ctrl(p, buf, sizeof(buf)) : -ENOTCONN;
 	pthread_mutex_unlock(&p->txlock);
 	if (rc)
 		return;
@@ -180,134 +110,12 @@ static void peer_say_bye(struct vbi_peer *p)
 		uint32_t out;
 
 		pthread_mutex_lock(&p->txlock);
-		out = p->sr.outstanding;
+		out = l->sr.outstanding;
 		pthread_mutex_unlock(&p->txlock);
 		if (!out || now_ms() - t0 > 200)
 			break;
-		progress_or_nap(p->node->ctx);
+		vbi_progress_or_nap(p->node->ctx);
 	}
-}
-
-/* Move the QP to ERR and wait until every posted WR has completed (flushed
- * ones included) — reaped by the progress thread, or here in APP mode. */
-static void peer_drain(struct vbi_peer *p)
-{
-	struct vb_ctx *ctx = p->node->ctx;
-	uint64_t t0 = now_ms();
-
-	pthread_mutex_lock(&p->txlock);
-	p->closing = true;
-	pthread_mutex_unlock(&p->txlock);
-	if (p->qp && vbt_qp_state(p->qp) != VB_QPS_RESET)
-		vbt_qp_set_state(p->qp, VB_QPS_ERR);
-	for (;;) {
-		uint32_t out;
-
-		pthread_mutex_lock(&p->txlock);
-		out = p->sr.outstanding;
-		pthread_mutex_unlock(&p->txlock);
-		if (!out && !atomic_load(&p->posted_recvs))
-			break;
-		if (vbt_qp_state(p->qp) == VB_QPS_RESET) /* never posted-to */
-			break;
-		if (now_ms() - t0 > 10000) {
-			vbi_warn("peer '%s': drain gave up with %u sends, %u receives outstanding",
-				 p->name, out, atomic_load(&p->posted_recvs));
-			break;
-		}
-		progress_or_nap(ctx);
-	}
-	pthread_mutex_lock(&p->txlock);
-	vbi_sring_release_upto(ctx, &p->sr, NULL);
-	pthread_mutex_unlock(&p->txlock);
-}
-
-static int peer_new(struct vb_node *node, struct vbi_peer **out)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_peer *p = calloc(1, sizeof(*p));
-	struct vbt_qp_init_attr qa = {
-		.type = VB_QPT_RC, .send_cq = ctx->cq, .recv_cq = ctx->cq,
-		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
-			 .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = ctx->sz.max_inline },
-	};
-	struct vbt_peer local;
-	int rc;
-
-	if (!p)
-		return vbi_err(-ENOMEM, "peer");
-	p->node = node;
-	pthread_mutex_init(&p->txlock, NULL);
-	snprintf(p->name, sizeof(p->name), "?");
-	qa.user_ctx = p;
-	rc = ctx->ops->qp_create(ctx->pd, &qa, &p->qp);
-	if (rc)
-		goto err;
-	rc = vbt_qp_local_peer(p->qp, 0, &local);
-	if (!rc)
-		rc = vbt_qp_to_init(p->qp, &ctx->cp, &local);
-	if (rc)
-		goto err;
-	rc = vbi_sring_init(ctx, &p->sr, p->qp->cap.max_send_wr, VBI_WR_RC_SEND, p, true);
-	if (rc)
-		goto err;
-	p->nslots = p->qp->cap.max_recv_wr;
-	p->slots = calloc(p->nslots, sizeof(*p->slots));
-	if (!p->slots) {
-		rc = vbi_err(-ENOMEM, "receive slots");
-		goto err;
-	}
-	for (uint32_t i = 0; i < p->nslots; i++) {
-		struct vbi_slot *s = &p->slots[i];
-
-		s->kind = VBI_WR_RC_RECV;
-		s->peer = p;
-		rc = vbi_mempool_alloc(ctx->pool, ctx->attr.slot_size, &s->buf);
-		if (rc)
-			goto err;
-	}
-	/* Until the peer's HELLO says how many slots it has, one credit:
-	 * enough for our own HELLO (every node posts >= 16 before connecting). */
-	p->remote_slots = 1;
-	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
-	for (uint32_t i = 0; i < p->nslots; i++)
-		if ((rc = post_slot(p, &p->slots[i])))
-			goto err;
-	*out = p;
-	return 0;
-err:
-	vbi_err_prefix(rc, "new connection");
-	if (p->qp)
-		peer_drain(p);
-	peer_free(p);
-	return rc;
-}
-
-static void send_hello(struct vbi_peer *p)
-{
-	struct vb_node *node = p->node;
-	struct vb_ctx *ctx = node->ctx;
-	uint8_t buf[VBI_WIRE_HDR_LEN + HELLO_LEN];
-	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = HELLO_LEN };
-	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
-	int rc;
-
-	vbi_wire_put(buf, &h);
-	memset(pl, 0, HELLO_LEN);
-	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
-	put32(pl + HELLO_UD_QPN, ctx->ud_local.qpn);
-	put32(pl + HELLO_UD_QKEY, ctx->ud_local.qkey);
-	memcpy(pl + HELLO_GID, ctx->ud_local.gid, 16);
-	put32(pl + HELLO_SLOTS, p->nslots);
-	put32(pl + HELLO_SLOT_SIZE, (uint32_t)ctx->attr.slot_size);
-	put32(pl + HELLO_MAX_MSG, (uint32_t)ctx->attr.max_msg);
-	memcpy(pl + HELLO_NAME, node->name, strnlen(node->name, VBI_NAME_MAX - 1));
-	pthread_mutex_lock(&p->txlock);
-	rc = vbi_peer_send_ctrl(p, buf, sizeof(buf));
-	p->hello_sent = rc == 0;
-	pthread_mutex_unlock(&p->txlock);
-	if (rc)
-		vbi_peer_failed(p, "cannot send HELLO");
 }
 
 /* SUB frames for every local subscriber, in as few SENDs as fit. node->lock held. */
@@ -349,33 +157,19 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 	return rc;
 }
 
-/* Link an established connection into the node and greet the peer. */
-static int peer_link(struct vb_node *node, struct vbi_peer *p)
-{
-	struct vb_ctx *ctx = node->ctx;
-
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->npeers >= ctx->attr.max_peers) {
-		pthread_mutex_unlock(&ctx->lock);
-		return vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
-	}
-	ctx->npeers++;
-	pthread_mutex_unlock(&ctx->lock);
-	pthread_rwlock_wrlock(&node->lock);
-	p->next = node->peers;
-	node->peers = p;
-	send_hello(p);
-	pthread_rwlock_unlock(&node->lock);
-	return 0;
-}
-
+/* The peer is gone for good (closed, or no lane could be had): its cursors
+ * stop holding the windows back. */
 void vbi_peer_failed(struct vbi_peer *p, const char *why)
 {
 	bool was;
+	struct vbi_lane *old;
 
 	pthread_mutex_lock(&p->txlock);
 	was = p->dead;
 	p->dead = true;
+	old = vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
+	if (old)
+		vbi_lane_retire(old);
 	pthread_mutex_unlock(&p->txlock);
 	if (was || p->closing)
 		return;
@@ -385,66 +179,13 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	}
 	vbi_pub_detach_peer(p);
 	if (p->remote_closed)
-		vbi_info("connection to '%s' (QP %u): %s", p->name, p->qp ? p->qp->qpn : 0, why);
+		vbi_info("connection to '%s': %s", p->name, why);
 	else
-		vbi_warn("connection to '%s' (QP %u) failed: %s", p->name, p->qp ? p->qp->qpn : 0,
-			 why);
+		vbi_warn("connection to '%s' failed: %s", p->name, why);
 	vbi_event(p->node->ctx, VB_EV_PEER_DOWN, p->name, "%s", why);
 }
 
 /* ---- receive dispatch (progress context, node->lock held for reading) ------------- */
-
-static void on_hello(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl)
-{
-	struct vb_ctx *ctx = p->node->ctx;
-	struct vbt_ah_attr aa;
-	uint32_t slots, slot_size;
-	int rc;
-
-	if (h->len < HELLO_LEN || get32(pl + HELLO_VERSION) != VBI_HELLO_VERSION || p->up) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
-		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "bad or repeated HELLO dropped");
-		return;
-	}
-	slots = get32(pl + HELLO_SLOTS);
-	slot_size = get32(pl + HELLO_SLOT_SIZE);
-	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20) ||
-	    slot_size % 64) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
-		vbi_peer_failed(p, "HELLO with impossible slot geometry");
-		return;
-	}
-	memcpy(p->name, pl + HELLO_NAME, VBI_NAME_MAX - 1);
-	p->name[VBI_NAME_MAX - 1] = '\0';
-	{
-		struct vbt_peer ud = { 0 };
-		struct vbt_ah *ah = NULL;
-
-		ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
-		ud.qkey = get32(pl + HELLO_UD_QKEY);
-		memcpy(ud.gid, pl + HELLO_GID, 16);
-		vbt_ah_attr_from_peer(ctx->dev, &ud, &aa);
-		rc = ctx->ops->ah_create(ctx->pd, &aa, &ah);
-		if (rc)
-			vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name, vbi_errmsg());
-		/* FANOUT publishers read these under ud_lock */
-		pthread_mutex_lock(&ctx->ud_lock);
-		p->ud = ud;
-		p->ah = ah;
-		pthread_mutex_unlock(&ctx->ud_lock);
-	}
-	pthread_mutex_lock(&p->txlock);
-	/* Our HELLO consumed one of its slots before we knew the count. */
-	p->remote_slots = slots;
-	p->remote_slot_size = slot_size;
-	pthread_mutex_unlock(&p->txlock);
-	/* Our SUBs follow our HELLO: sent from after_poll once both are true. */
-	p->subs_pending = true;
-	atomic_store(&p->up, true);
-	__atomic_fetch_add(&p->node->npeers_up, 1, __ATOMIC_RELAXED);
-	vbi_event(ctx, VB_EV_PEER_UP, p->name, "RC QP %u; the peer has %u slots of %u bytes",
-		  p->qp->qpn, slots, slot_size);
-}
 
 static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl,
 		   bool unsub)
@@ -503,103 +244,111 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 	}
 }
 
+/* DATA on lane @l of @p: stale if the peer already moved to a newer lane
+ * (it retransmits there whatever we have not acknowledged); the first DATA
+ * on a newer lane abandons partial reassemblies (fragments restart there). */
+static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l)
+{
+	if (l->id < p->rx_lane_id) {
+		atomic_fetch_add_explicit(&ctx->st.stale_frames, 1, memory_order_relaxed);
+		return false;
+	}
+	if (l->id > p->rx_lane_id) {
+		if (p->rx_lane_id)
+			vbi_sub_peer_lane_changed(p->node, p);
+		p->rx_lane_id = l->id;
+	}
+	return true;
+}
+
 /* Parse every frame of a received buffer; a bad header drops the rest of
  * the buffer (frame boundaries after it cannot be trusted). */
-static void dispatch_frames(struct vb_ctx *ctx, struct vbi_peer *p, const uint8_t *buf,
-			    uint32_t len)
+void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len)
 {
 	uint32_t off = 0;
 
 	while (off < len) {
+		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
 		struct vbi_wire_hdr h;
 		long r = vbi_wire_parse(buf + off, len - off, (uint32_t)ctx->attr.max_msg, &h);
 		const uint8_t *pl = buf + off + VBI_WIRE_HDR_LEN;
 
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st.malformed, 1);
-			vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "(datagram)",
+			vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
 				  "frame at offset %u of %u dropped: %s", off, len,
 				  vbi_wire_err_name((enum vbi_wire_err)-r));
 			return;
 		}
 		off += (uint32_t)r;
+		if (h.type == VBI_WT_HELLO) {
+			vbi_lane_on_hello(l, &h, pl);
+			continue;
+		}
+		if (!p || !atomic_load(&l->hello_rcvd)) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h.type);
+			return;
+		}
 		switch (h.type) {
 		case VBI_WT_DATA: {
-			struct vb_sub *s = vbi_sub_find(p ? p->node : NULL, h.topic);
+			struct vb_sub *s = vbi_sub_find(p->node, h.topic);
 
-			if (!p) /* datagram: handled by vbi_ud_recv's own loop */
-				break;
-			if (s && s->cls == VB_ORDERED)
+			if (s && s->cls == VB_ORDERED && data_lane_ok(ctx, p, l))
 				vbi_sub_data(s, p, &h, pl);
 			break;
 		}
 		case VBI_WT_ACK:
-			if (p) {
-				atomic_fetch_add(&ctx->st.acks_received, 1);
-				vbi_pub_on_ack(p->node, p, &h);
+			atomic_fetch_add(&ctx->st.acks_received, 1);
+			if (h.frag_off) { /* credits of the lane it came on */
+				bool bad;
+
+				pthread_mutex_lock(&p->txlock);
+				bad = l->returned_total + h.frag_off > l->sends_total;
+				if (!bad)
+					l->returned_total += h.frag_off;
+				pthread_mutex_unlock(&p->txlock);
+				if (bad) {
+					atomic_fetch_add(&ctx->st.malformed, 1);
+					vbi_event(ctx, VB_EV_PROTOCOL, p->name,
+						  "ACK returns %u credits that were never used", h.frag_off);
+				}
 			}
-			break;
-		case VBI_WT_HELLO:
-			if (p)
-				on_hello(p, &h, pl);
+			vbi_pub_on_ack(p->node, p, &h);
 			break;
 		case VBI_WT_SUB:
 		case VBI_WT_UNSUB:
-			if (p)
-				on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
+			on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
+			break;
+		case VBI_WT_LANE:
+			if (data_lane_ok(ctx, p, l))
+				vbi_lane_on_switch(l);
 			break;
 		case VBI_WT_BYE:
-			if (p) {
-				p->remote_closed = true;
-				vbi_peer_failed(p, "closed by the peer");
-				return;
-			}
-			break;
+			p->remote_closed = true;
+			vbi_peer_failed(p, "closed by the peer");
+			return;
 		default: /* NAK/HEARTBEAT on RC: nothing to do */
 			break;
 		}
 	}
 }
 
-void vbi_peer_rc_recv(struct vbi_peer *p, struct vbi_slot *slot, uint32_t byte_len)
-{
-	struct vb_node *node = p->node;
-
-	pthread_rwlock_rdlock(&node->lock);
-	if (!byte_len) { /* a SEND with no frame in it */
-		atomic_fetch_add(&node->ctx->st.malformed, 1);
-		vbi_event(node->ctx, VB_EV_PROTOCOL, p->name, "empty SEND dropped");
-	} else if (!p->dead && !p->closing) {
-		dispatch_frames(node->ctx, p, slot->buf.addr, byte_len);
-	}
-	pthread_rwlock_unlock(&node->lock);
-	if (p->closing)
-		return;
-	if (post_slot(p, slot)) {
-		vbi_peer_failed(p, "receive repost failed");
-		return;
-	}
-	pthread_mutex_lock(&p->txlock);
-	p->to_return++;
-	p->last_rx_ms = vbi_now_ms();
-	pthread_mutex_unlock(&p->txlock);
-}
-
 /*
- * Acknowledgements owed to @p, as ACK frames into @buf (at most @cap bytes):
- * one cumulative ACK per stream with news, the credits to return in the
- * first. Nothing changes until vbi_peer_acks_sent() (the SEND may fail).
- * txlock held. Returns the bytes written (0 when nothing is owed) and in
- * *@upto the first dirty stream not included.
+ * Acknowledgements owed to @p, as ACK frames into @buf (at most @cap bytes),
+ * to go on lane @l: one cumulative ACK per stream with news, @l's credits
+ * to return in the first. Nothing changes until vbi_peer_acks_sent() (the
+ * SEND may fail). txlock held. Returns the bytes written (0 when nothing is
+ * owed) and in *@upto the first dirty stream not included.
  */
-uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
+uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto)
 {
 	struct vbi_rxs *r = p->dirty;
 	uint32_t off = 0;
 
 	*upto = r;
-	if (!r && !p->to_return)
+	if (!r && !l->to_return)
 		return 0;
 	do {
 		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
@@ -613,7 +362,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
 			r = r->next_dirty;
 		}
 		if (!off)
-			h.frag_off = p->to_return;
+			h.frag_off = l->to_return;
 		vbi_wire_put(buf + off, &h);
 		off += VBI_WIRE_HDR_LEN;
 	} while (r);
@@ -621,10 +370,10 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
 	return off;
 }
 
-/* The ACKs built by vbi_peer_build_acks() were posted. txlock held. */
-void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto)
+/* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
+void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
 {
-	p->to_return = 0;
+	l->to_return = 0;
 	p->delivered_since_ack = 0;
 	while (p->dirty && p->dirty != upto) {
 		struct vbi_rxs *d = p->dirty;
@@ -641,7 +390,10 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto)
  * After each poll: flush queued data first (ACKs ride along in its batches),
  * then send a standalone ACK only when one is really due: the publisher
  * asked (k-of-n), a quarter of the slots wait to be returned, 256 messages
- * went unacknowledged, or nothing has arrived for a millisecond. node->lock
+ * went unacknowledged, or nothing has arrived for 2 ms. A lone credit is
+ * not returned on its own: the ACK carrying it would consume one of the
+ * peer's slots, which it would return the same way (ACK ping-pong). Lanes
+ * other than the active one return their credits on their own. node->lock
  * held for reading (so subscribers, whose streams sit on the dirty list,
  * cannot go away meanwhile).
  */
@@ -649,13 +401,14 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 	struct vbi_rxs *upto;
+	struct vbi_lane *l;
 	bool urgent = false, due, held = false;
 	uint64_t since;
 	uint32_t len;
 
-	if (p->dead || p->closing || !p->hello_sent)
+	if (p->dead || p->closing || !p->up)
 		return false;
-	if (p->subs_pending && p->up)
+	if (p->subs_pending)
 		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
 	/* Data held for batching goes once it is batch_us old. */
 	since = atomic_load_explicit(&p->hold_since_ns, memory_order_relaxed);
@@ -664,13 +417,27 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	else
 		vbi_peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
-	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
-		urgent |= r->ack_urgent;
-	due = urgent || p->to_return >= p->nslots / 4 || p->delivered_since_ack >= 256 ||
-	      (idle && (p->dirty || p->to_return) && vbi_now_ms() - p->last_rx_ms >= 2);
-	if (due && (len = vbi_peer_build_acks(p, buf, sizeof(buf), &upto)) &&
-	    vbi_peer_send_ctrl(p, buf, len) == 0)
-		vbi_peer_acks_sent(p, upto);
+	l = vbi_peer_lane(p);
+	if (l && atomic_load(&l->hello_rcvd)) {
+		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
+			urgent |= r->ack_urgent;
+		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
+		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
+		if (due && (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto)) &&
+		    vbi_lane_send_ctrl(l, buf, len) == 0)
+			vbi_peer_acks_sent(p, l, upto);
+	}
+	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
+		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+
+		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) ||
+		    o->to_return < 2 || (o->to_return < o->nslots / 4 && !idle))
+			continue;
+		h.frag_off = o->to_return;
+		vbi_wire_put(buf, &h);
+		if (vbi_lane_send_ctrl(o, buf, VBI_WIRE_HDR_LEN) == 0)
+			o->to_return = 0;
+	}
 	pthread_mutex_unlock(&p->txlock);
 	return held;
 }
@@ -745,12 +512,17 @@ static int make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 	return vbi_err(-EINVAL, "'%s' is not an IPv4 or IPv6 address", ip);
 }
 
-static void *accept_main(void *arg)
+/*
+ * Accept connections on listener @idx: each becomes a lane, pending until
+ * its HELLO says which peer it belongs to (a new one, or a standby /
+ * replacement for a known one).
+ */
+static void accept_loop(struct vb_node *node, unsigned idx)
 {
-	struct vb_node *node = arg;
 	struct vb_ctx *ctx = node->ctx;
+	struct vbi_devres *dr = &ctx->dr[idx];
 	struct vbt_conn_param cp = ctx->cp;
-	struct vbi_peer *p = NULL;
+	struct vbi_lane *l = NULL;
 
 	/* Wait for requests in short slices so stop is noticed; the handshake
 	 * steps after a request keep the full cm_timeout_ms. */
@@ -758,36 +530,77 @@ static void *accept_main(void *arg)
 	while (!atomic_load(&node->stop)) {
 		int rc;
 
-		if (!p && peer_new(node, &p)) {
+		if (!l && vbi_lane_new(node, dr, &l)) {
 			vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
 			struct timespec ts = { 0, 100000000 };
 
 			nanosleep(&ts, NULL);
 			continue;
 		}
-		rc = ctx->ops->accept(node->listener, p->qp, &cp, &p->conn);
-		if (rc == -ETIMEDOUT && vbt_qp_state(p->qp) == VB_QPS_INIT)
+		rc = ctx->ops->accept(node->listener[idx], l->qp, &cp, &l->conn);
+		if (rc == -ETIMEDOUT && vbt_qp_state(l->qp) == VB_QPS_INIT)
 			continue;
 		if (rc) {
 			if (!atomic_load(&node->stop))
 				vbi_warn("accept failed: %s", vbi_errmsg());
-			peer_drain(p);
-			peer_free(p);
-			p = NULL;
+			vbi_lane_destroy_now(l);
+			l = NULL;
 			continue;
 		}
-		if (peer_link(node, p)) {
-			vbi_warn("accept: %s", vbi_errmsg());
-			peer_drain(p);
-			peer_free(p);
+		/* The peer's HELLO may have been processed already (it can
+		 * arrive as soon as our QP is in RTR): then it is bound. */
+		pthread_rwlock_wrlock(&node->lock);
+		if (!l->peer) {
+			l->next = node->pending;
+			node->pending = l;
 		}
-		p = NULL;
+		pthread_rwlock_unlock(&node->lock);
+		vbi_lane_send_hello(l);
+		l = NULL;
 	}
-	if (p) {
-		peer_drain(p);
-		peer_free(p);
-	}
+	if (l)
+		vbi_lane_destroy_now(l);
+}
+
+static void *accept_main0(void *arg)
+{
+	accept_loop(arg, 0);
 	return NULL;
+}
+
+static void *accept_main1(void *arg)
+{
+	accept_loop(arg, 1);
+	return NULL;
+}
+
+static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct sockaddr_storage ss;
+	int rc;
+
+	rc = make_addr(ip, port, &ss);
+	if (!rc)
+		rc = ctx->ops->listen(ctx->dr[idx].dev, VB_QPT_RC, (struct sockaddr *)&ss,
+				      &node->listener[idx]);
+	if (rc)
+		return rc;
+	if (idx == 1) {
+		node->sb_listen = ss;
+		if (ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&node->sb_listen)->sin_port =
+				htons(node->listener[1]->port);
+		else
+			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
+				htons(node->listener[1]->port);
+	}
+	rc = -pthread_create(&node->accept_thread[idx], NULL, idx ? accept_main1 : accept_main0,
+			     node);
+	if (rc)
+		return vbi_err(rc, "accept thread: %s", strerror(-rc));
+	node->accepting[idx] = true;
+	return 0;
 }
 
 int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
@@ -803,23 +616,27 @@ int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
 		return vbi_err(-ENOMEM, "node");
 	node->ctx = ctx;
 	snprintf(node->name, sizeof(node->name), "%s", attr->name ? attr->name : "verbus");
+	while (!node->uid)
+		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
+			node->uid = vbi_mono_ns() ^ (uintptr_t)node;
 	pthread_rwlock_init(&node->lock, NULL);
+	pthread_mutex_init(&node->maint_lock, NULL);
+	pthread_cond_init(&node->maint_cv, NULL);
+	rc = vbi_maint_start(node);
+	if (rc)
+		goto err;
 	if (attr->listen_ip) {
-		struct sockaddr_storage ss;
-
-		rc = make_addr(attr->listen_ip, attr->listen_port, &ss);
-		if (!rc)
-			rc = ctx->ops->listen(ctx->dev, VB_QPT_RC, (struct sockaddr *)&ss,
-					      &node->listener);
+		rc = node_listen(node, 0, attr->listen_ip, attr->listen_port);
 		if (rc)
 			goto err;
-		node->port = node->listener->port;
-		rc = -pthread_create(&node->accept_thread, NULL, accept_main, node);
-		if (rc) {
-			vbi_err(rc, "accept thread: %s", strerror(-rc));
-			goto err;
+		node->port = node->listener[0]->port;
+		/* A standby listener on the context's second device: peers
+		 * connect their standby lanes there (it is in our HELLO). */
+		if (ctx->ndev > 1 && ctx->attr.standby_ip) {
+			rc = node_listen(node, 1, ctx->attr.standby_ip, attr->standby_port);
+			if (rc)
+				goto err;
 		}
-		node->accepting = true;
 	}
 	pthread_mutex_lock(&ctx->lock);
 	node->next = ctx->nodes;
@@ -828,8 +645,15 @@ int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
 	*out = node;
 	return 0;
 err:
-	if (node->listener)
-		ctx->ops->listener_close(node->listener);
+	vbi_maint_stop(node);
+	for (unsigned i = 0; i < 2; i++) {
+		if (node->accepting[i])
+			pthread_join(node->accept_thread[i], NULL);
+		if (node->listener[i])
+			ctx->ops->listener_close(node->listener[i]);
+	}
+	pthread_cond_destroy(&node->maint_cv);
+	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);
 	return vbi_err_prefix(rc, "vb_node_create");
@@ -850,44 +674,82 @@ int vb_node_peers(vb_node_t *node)
 int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 {
 	struct vb_ctx *ctx;
-	struct sockaddr_storage ss;
 	struct vbi_peer *p;
+	struct vbi_lane *l = NULL;
 	uint64_t t0;
 	int rc;
 
 	if (!node || !ip || !port)
 		return vbi_err(-EINVAL, "vb_node_connect: node, ip and port are required");
 	ctx = node->ctx;
-	if ((rc = make_addr(ip, port, &ss)))
-		return rc;
-	if ((rc = peer_new(node, &p)))
-		return rc;
-	rc = ctx->ops->connect(ctx->dev, p->qp, (struct sockaddr *)&ss, &ctx->cp, &p->conn);
-	if (rc)
-		goto err;
-	if ((rc = peer_link(node, p)))
-		goto err;
+	p = vbi_peer_alloc(node);
+	if (!p)
+		return vbi_err_prefix(-ENOMEM, "connect to %s:%u", ip, port);
+	p->connector = true;
+	if ((rc = make_addr(ip, port, &p->addr)))
+		goto err_peer;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->npeers >= ctx->attr.max_peers) {
+		pthread_mutex_unlock(&ctx->lock);
+		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
+		goto err_peer;
+	}
+	ctx->npeers++;
+	pthread_mutex_unlock(&ctx->lock);
+	if ((rc = vbi_lane_new(node, &ctx->dr[0], &l)))
+		goto err_count;
+	pthread_mutex_lock(&p->txlock);
+	l->id = p->next_lane_id++;
+	l->role = VBI_LANE_PRIMARY;
+	vbi_lane_bind(l, p);
+	pthread_mutex_unlock(&p->txlock);
+	/* linked before the connection completes: its HELLO may come first */
+	pthread_rwlock_wrlock(&node->lock);
+	p->next = node->peers;
+	node->peers = p;
+	pthread_rwlock_unlock(&node->lock);
+	rc = ctx->ops->connect(ctx->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
+	if (rc) {
+		vbi_err_prefix(rc, "connect to %s:%u", ip, port);
+		goto err_linked;
+	}
+	vbi_lane_send_hello(l);
 	/* The handshake is complete when the peer's HELLO has arrived. */
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
-		if (p->dead)
-			return vbi_err(-ECONNRESET, "connection to %s:%u failed during handshake",
-				       ip, port);
-		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms)
-			return vbi_err(-ETIMEDOUT, "no HELLO from %s:%u within %d ms", ip, port,
-				       ctx->attr.cm_timeout_ms);
-		if (!ctx->thread_running)
-			vb_progress(ctx);
-		else {
-			struct timespec ts = { 0, 100000 };
-
-			nanosleep(&ts, NULL);
+		if (atomic_load(&l->dead) || p->dead) {
+			rc = vbi_err(-ECONNRESET, "connection to %s:%u failed during handshake", ip,
+				     port);
+			goto err_linked;
 		}
+		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms) {
+			rc = vbi_err(-ETIMEDOUT, "no HELLO from %s:%u within %d ms", ip, port,
+				     ctx->attr.cm_timeout_ms);
+			goto err_linked;
+		}
+		vbi_progress_or_nap(ctx);
 	}
 	return 0;
-err:
-	peer_drain(p);
-	peer_free(p);
+err_linked:
+	/* The peer object stays on the node (dead) until vb_node_destroy: the
+	 * progress thread may still hold it. Its lane is retired now. */
+	pthread_mutex_lock(&p->txlock);
+	p->dead = true;
+	pthread_mutex_unlock(&p->txlock);
+	{
+		char msg[VBI_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		vbi_lane_destroy_now(l);
+		vbi_err(rc, "%s", msg);
+	}
+	return rc;
+err_count:
+	pthread_mutex_lock(&ctx->lock);
+	ctx->npeers--;
+	pthread_mutex_unlock(&ctx->lock);
+err_peer:
+	vbi_peer_free(p);
 	return vbi_err_prefix(rc, "connect to %s:%u", ip, port);
 }
 
@@ -895,6 +757,7 @@ int vb_node_destroy(vb_node_t *node)
 {
 	struct vb_ctx *ctx;
 	struct vbi_peer *peers;
+	struct vbi_lane *pending;
 
 	if (!node)
 		return 0;
@@ -905,24 +768,50 @@ int vb_node_destroy(vb_node_t *node)
 		return vbi_err(-EBUSY, "node '%s' still has publishers or subscribers", node->name);
 	}
 	pthread_rwlock_unlock(&node->lock);
-	atomic_store(&node->stop, true);
-	if (node->accepting)
-		pthread_join(node->accept_thread, NULL);
-	if (node->listener)
-		ctx->ops->listener_close(node->listener);
+	vbi_maint_stop(node); /* sets stop: accept threads end too */
+	for (unsigned i = 0; i < 2; i++) {
+		if (node->accepting[i])
+			pthread_join(node->accept_thread[i], NULL);
+		if (node->listener[i])
+			ctx->ops->listener_close(node->listener[i]);
+	}
 
 	pthread_rwlock_wrlock(&node->lock);
 	peers = node->peers;
 	node->peers = NULL;
+	pending = node->pending;
+	node->pending = NULL;
 	pthread_rwlock_unlock(&node->lock);
 	for (struct vbi_peer *p = peers; p; p = p->next)
 		peer_say_bye(p);
+	for (struct vbi_peer *p = peers; p; p = p->next) {
+		pthread_mutex_lock(&p->txlock);
+		p->closing = true;
+		vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
+		vbi_path_take_standby(&p->path); /* freed with p->lanes below */
+		pthread_mutex_unlock(&p->txlock);
+	}
+	while (pending) {
+		struct vbi_lane *l = pending;
+
+		pending = l->next;
+		vbi_lane_destroy_now(l);
+	}
 	while (peers) {
 		struct vbi_peer *p = peers;
 
 		peers = p->next;
-		peer_drain(p);
-		peer_free(p);
+		for (;;) {
+			struct vbi_lane *l;
+
+			pthread_mutex_lock(&p->txlock);
+			l = p->lanes;
+			pthread_mutex_unlock(&p->txlock);
+			if (!l)
+				break;
+			vbi_lane_destroy_now(l); /* unlinks it */
+		}
+		vbi_peer_free(p);
 		pthread_mutex_lock(&ctx->lock);
 		ctx->npeers--;
 		pthread_mutex_unlock(&ctx->lock);
@@ -934,6 +823,8 @@ int vb_node_destroy(vb_node_t *node)
 			break;
 		}
 	pthread_mutex_unlock(&ctx->lock);
+	pthread_cond_destroy(&node->maint_cv);
+	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);
 	return 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <endian.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -95,20 +96,6 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 {
 	struct vb_ctx *ctx = node->ctx;
 
-	if (h->frag_off) {
-		bool bad;
-
-		pthread_mutex_lock(&peer->txlock);
-		bad = peer->returned_total + h->frag_off > peer->sends_total;
-		if (!bad)
-			peer->returned_total += h->frag_off;
-		pthread_mutex_unlock(&peer->txlock);
-		if (bad) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
-			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
-				  "ACK returns %u credits that were never used", h->frag_off);
-		}
-	}
 	if (!h->session)
 		return;
 	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
@@ -121,7 +108,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		pthread_mutex_lock(&pub->lock);
 		for (pp = pub->peers; pp && pp->peer != peer; pp = pp->next_in_pub)
 			;
-		if (!pp || h->seq > pp->sent) {
+		if (!pp || h->seq > pp->high) {
 			pthread_mutex_unlock(&pub->lock);
 			atomic_fetch_add(&ctx->st.malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
@@ -257,14 +244,22 @@ static struct vbi_pubpeer *next_pending(struct vbi_peer *p)
 	return NULL;
 }
 
-/* One SEND for @pp: a batch of whole small messages, or the next fragment
- * of a large one. txlock held; takes pub->lock briefly. Returns 1 if it
- * posted, 0 if nothing to do, negative on a post error. */
-static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
+/* The path epoch rides in every DATA frame (bumps on failover). */
+static void put_epoch(uint8_t *hdr, uint32_t epoch)
+{
+	uint32_t v = htole32(epoch);
+
+	memcpy(hdr + VBI_WIRE_OFF_EPOCH, &v, 4);
+}
+
+/* One SEND on lane @l for @pp: a batch of whole small messages, or the next
+ * fragment of a large one. txlock held; takes pub->lock briefly. Returns 1
+ * if it posted, 0 if nothing to do, negative on a post error. */
+static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer *pp, uint32_t cap)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	struct vb_pub *pub = pp->pub;
-	struct vbi_sctx *s = vbi_sring_take(&p->sr);
+	struct vbi_sctx *s = vbi_sring_take(&l->sr);
 	const struct vbi_txent *e;
 	struct vbi_msg *m;
 	struct vbi_rxs *acks_upto = NULL;
@@ -276,18 +271,20 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 	if (!e) {
 		/* released without this peer's ack: only when it is dead */
 		pthread_mutex_unlock(&pub->lock);
-		vbi_sring_untake(&p->sr);
+		vbi_sring_untake(&l->sr);
 		return 0;
 	}
 	m = e->ctx;
 	if (pp->frag_sent || VBI_WIRE_HDR_LEN + m->len > cap) {
-		/* Fragment: registered header + zero-copy slice of the message. */
+		/* Fragment: registered header + zero-copy slice of the message
+		 * (copied into the batch buffer when the message's memory is
+		 * registered on another device than the lane's). */
 		uint32_t fmax = cap - VBI_WIRE_HDR_LEN;
 		uint32_t flen = m->len - pp->frag_sent < fmax ? m->len - pp->frag_sent : fmax;
 		struct vbi_wire_hdr h = {
 			.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
-			.seq = m->seq, .len = flen, .frag_off = pp->frag_sent, .msg_len = m->len,
-			.flags = (uint16_t)(m->flags & ~(VBI_WF_FIRST | VBI_WF_LAST)),
+			.epoch = l->epoch, .seq = m->seq, .len = flen, .frag_off = pp->frag_sent,
+			.msg_len = m->len, .flags = (uint16_t)(m->flags & ~(VBI_WF_FIRST | VBI_WF_LAST)),
 		};
 		struct vbt_sge sge[2] = {
 			{ (uintptr_t)s->hdr, VBI_WIRE_HDR_LEN, s->hdr_lkey },
@@ -296,29 +293,41 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = sge, .num_sge = 2,
 					  .opcode = VBT_WR_SEND };
 		const struct vbt_send_wr *bad;
+		bool copy = m->dr != l->dr;
 
 		if (!pp->frag_sent)
 			h.flags |= VBI_WF_FIRST;
 		if (pp->frag_sent + flen == m->len)
 			h.flags |= VBI_WF_LAST;
-		vbi_wire_put(s->hdr, &h);
-		atomic_fetch_add(&m->refs, 1);
-		s->msg = m;
+		if (copy) {
+			vbi_wire_put(s->buf.addr, &h);
+			memcpy((uint8_t *)s->buf.addr + VBI_WIRE_HDR_LEN,
+			       (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN + pp->frag_sent, flen);
+			sge[0] = (struct vbt_sge){ (uintptr_t)s->buf.addr, VBI_WIRE_HDR_LEN + flen,
+						   s->buf.lkey };
+			wr.num_sge = 1;
+		} else {
+			vbi_wire_put(s->hdr, &h);
+			atomic_fetch_add(&m->refs, 1);
+			s->msg = m;
+		}
 		pthread_mutex_unlock(&pub->lock);
-		if (++p->sr.since_signal >= p->sr.n / 4 || (h.flags & VBI_WF_LAST) ||
-		    p->sr.outstanding >= p->sr.n - 1) {
+		if (++l->sr.since_signal >= l->sr.n / 4 || (h.flags & VBI_WF_LAST) ||
+		    l->sr.outstanding >= l->sr.n - 1) {
 			wr.flags = VBT_SEND_SIGNALED;
-			p->sr.since_signal = 0;
+			l->sr.since_signal = 0;
 			s->signaled = true;
 		}
-		rc = vbt_post_send(p->qp, &wr, &bad);
+		rc = vbt_post_send(l->qp, &wr, &bad);
 		if (rc) {
-			s->msg = NULL;
-			vbi_msg_put(ctx, m);
-			vbi_sring_untake(&p->sr);
+			if (s->msg) {
+				s->msg = NULL;
+				vbi_msg_put(ctx, m);
+			}
+			vbi_sring_untake(&l->sr);
 			return rc;
 		}
-		p->sends_total++;
+		l->sends_total++;
 		atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
 		pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
@@ -326,6 +335,8 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		if (pp->frag_sent == m->len) {
 			pp->frag_sent = 0;
 			pp->sent++;
+			if (pp->sent > pp->high)
+				pp->high = pp->sent;
 		}
 		pthread_mutex_unlock(&pub->lock);
 		return 1;
@@ -335,15 +346,18 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 	{
 		uint32_t room = cap - (uint32_t)vbi_wire_frame_size(m->len);
 
-		off = acks = vbi_peer_build_acks(p, s->buf.addr, room < 8 * VBI_WIRE_HDR_LEN ?
+		off = acks = vbi_peer_build_acks(p, l, s->buf.addr, room < 8 * VBI_WIRE_HDR_LEN ?
 						 room : 8 * VBI_WIRE_HDR_LEN, &acks_upto);
 	}
 	for (;;) {
 		size_t fs = vbi_wire_frame_size(m->len);
+		uint8_t *dst = (uint8_t *)s->buf.addr + off;
 
 		if (off + fs > cap)
 			break;
-		memcpy((uint8_t *)s->buf.addr + off, m->buf.addr, VBI_WIRE_HDR_LEN + m->len);
+		memcpy(dst, m->buf.addr, VBI_WIRE_HDR_LEN + m->len);
+		if (l->epoch)
+			put_epoch(dst, l->epoch);
 		off += (uint32_t)fs;
 		frames++;
 		pp->sent++;
@@ -354,50 +368,61 @@ static int frame_one(struct vbi_peer *p, struct vbi_pubpeer *pp, uint32_t cap)
 		if (VBI_WIRE_HDR_LEN + m->len > cap)
 			break;
 	}
+	if (pp->sent > pp->high)
+		pp->high = pp->sent;
 	pthread_mutex_unlock(&pub->lock);
-	rc = vbi_peer_post(p, s, off, true);
+	rc = vbi_lane_post(l, s, off, true);
 	if (rc) {
 		pthread_mutex_lock(&pub->lock);
 		pp->sent -= frames;
 		pthread_mutex_unlock(&pub->lock);
-		vbi_sring_untake(&p->sr);
+		vbi_sring_untake(&l->sr);
 		return rc;
 	}
 	if (acks)
-		vbi_peer_acks_sent(p, acks_upto);
+		vbi_peer_acks_sent(p, l, acks_upto);
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, frames, memory_order_relaxed);
 	if (frames > 1)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, frames, memory_order_relaxed);
 	return 1;
 }
 
-/* Frame as much as credits and the send queue allow. Takes txlock. */
+/*
+ * Frame as much as credits and the send queue of the peer's active lane
+ * allow. Takes txlock; the lane is read from the path inside an RCU
+ * read-side section (a switch, under the same txlock, cannot run meanwhile;
+ * the grace period covers lock-free readers). A post error is the lane's
+ * failure: the data stays in the window and goes out on the next lane.
+ */
 void vbi_peer_flush(struct vbi_peer *p)
 {
 	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
 	bool posted = false;
+	struct vbi_lane *l;
 
 	pthread_mutex_lock(&p->txlock);
 	atomic_store_explicit(&p->hold_since_ns, 0, memory_order_relaxed);
 	if (p->remote_slot_size && p->remote_slot_size < cap)
 		cap = p->remote_slot_size;
-	while (!p->dead && !p->closing && p->up && p->hello_sent) {
+	vbi_rcu_enter();
+	l = vbi_peer_lane(p);
+	while (l && !p->dead && !p->closing && p->up && atomic_load(&l->hello_rcvd)) {
 		struct vbi_pubpeer *pp;
 		int rc;
 
 		/* keep one credit for credit-returning control frames */
-		if (p->remote_slots + p->returned_total - p->sends_total < 2 ||
-		    p->sr.outstanding >= p->sr.n)
+		if (vbi_lane_credits(l) < 2 || l->sr.outstanding >= l->sr.n)
 			break;
 		pp = next_pending(p);
 		if (!pp)
 			break;
-		rc = frame_one(p, pp, cap);
+		rc = frame_one(p, l, pp, cap);
 		if (rc < 0) {
 			if (rc != -EAGAIN) {
-				pthread_mutex_unlock(&p->txlock);
-				vbi_peer_failed(p, "post_send failed");
-				return;
+				struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+							     "post_send failed" };
+
+				vbi_lane_report(l, v, "post_send failed");
 			}
 			break;
 		}
@@ -405,9 +430,30 @@ void vbi_peer_flush(struct vbi_peer *p)
 			break;
 		posted = true;
 	}
+	vbi_rcu_leave();
 	if (posted)
 		atomic_store_explicit(&p->last_post_ns, vbi_now_ns(), memory_order_relaxed);
 	pthread_mutex_unlock(&p->txlock);
+}
+
+/* Failover: every ORDERED cursor to @peer goes back to what it
+ * acknowledged, so the next lane carries everything unacknowledged again
+ * (the receiver drops what it already has by sequence). txlock held.
+ * Returns how many messages will be resent. */
+uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
+{
+	uint64_t n = 0;
+
+	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
+		pthread_mutex_lock(&pp->pub->lock);
+		if (!pp->dead && pp->sent > pp->acked) {
+			n += pp->sent - pp->acked;
+			pp->sent = pp->acked;
+		}
+		pp->frag_sent = 0;
+		pthread_mutex_unlock(&pp->pub->lock);
+	}
+	return n;
 }
 
 /* ---- FANOUT ---------------------------------------------------------------------------------- */
@@ -726,7 +772,13 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return vbi_err(-ENOMEM, "message");
-	rc = vbi_mempool_alloc(ctx->pool, need, &m->buf);
+	m->dr = &ctx->dr[0];
+	rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
+	if (rc && ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED) {
+		/* the primary device is gone: ORDERED goes on over the standby */
+		m->dr = &ctx->dr[1];
+		rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
+	}
 	if (rc) {
 		free(m);
 		if (rc == -EAGAIN)
@@ -806,8 +858,14 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	for (unsigned t = 0; t < nt; t++) {
 		struct vbi_peer *p = targets[t];
 		uint64_t now = vbi_now_ns();
-		bool busy = atomic_load_explicit(&p->sr.outstanding, memory_order_relaxed) >=
-			    p->sr.n / 2;
+		struct vbi_lane *l;
+		bool busy;
+
+		vbi_rcu_enter();
+		l = vbi_path_lane(&p->path);
+		busy = l && atomic_load_explicit(&l->sr.outstanding, memory_order_relaxed) >=
+			    l->sr.n / 2;
+		vbi_rcu_leave();
 
 		if (!busy && (!ctx->batch_ns ||
 			      now - atomic_load_explicit(&p->last_post_ns, memory_order_relaxed) >=

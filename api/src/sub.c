@@ -101,6 +101,19 @@ static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uin
 	return r;
 }
 
+/* @peer now sends on a newer connection, which restarts any fragmented
+ * message from its first fragment: drop partial reassemblies. Progress
+ * context, node->lock held. */
+void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer)
+{
+	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
+		for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+			if (r->peer == peer && r->reasm.active) {
+				vbi_reasm_fini(&r->reasm);
+				vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
+			}
+}
+
 static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uint64_t next)
 {
 	struct vb_ctx *ctx = sub->node->ctx;
@@ -260,7 +273,7 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	sub->next = node->subs;
 	node->subs = sub;
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
-		if (p->up && p->hello_sent && !p->subs_pending && vbi_peer_send_subs(p, sub))
+		if (p->up && !p->subs_pending && vbi_peer_send_subs(p, sub))
 			p->subs_pending = true;
 	pthread_rwlock_unlock(&node->lock);
 	*out = sub;
@@ -297,12 +310,15 @@ int vb_sub_destroy(vb_sub_t *sub)
 	for (struct vbi_peer *p = node->peers; p; p = p->next) {
 		uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 		struct vbi_rxs *upto;
+		struct vbi_lane *l;
 		uint32_t len;
 
 		pthread_mutex_lock(&p->txlock);
-		if (p->up && !p->dead && (len = vbi_peer_build_acks(p, buf, sizeof(buf), &upto)) &&
+		l = vbi_peer_lane(p);
+		if (l && p->up && !p->dead &&
+		    (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto)) &&
 		    vbi_peer_send_ctrl(p, buf, len) == 0)
-			vbi_peer_acks_sent(p, upto);
+			vbi_peer_acks_sent(p, l, upto);
 		pthread_mutex_unlock(&p->txlock);
 	}
 	while (sub->streams) {

@@ -35,7 +35,11 @@
 
 #include <verbus/verbus.h>
 
+#include <sys/socket.h>
+
+#include "core/errpolicy.h"
 #include "core/mempool.h"
+#include "core/path.h"
 #include "core/sizing.h"
 #include "core/stream.h"
 #include "core/wire.h"
@@ -43,11 +47,13 @@
 
 #define VBI_TOPIC_MAX 63
 #define VBI_NAME_MAX 32
-#define VBI_HELLO_VERSION 1
+#define VBI_HELLO_VERSION 2 /* 2: lanes (node uid, lane id, role, standby address) */
 #define VBI_UD_GRH 40
 #define VBI_MAX_STREAMS_PER_SUB 1024 /* publisher sessions per subscriber */
 
 struct vbi_peer;
+struct vbi_lane;
+struct vbi_devres;
 struct vb_pub;
 struct vb_sub;
 
@@ -62,7 +68,7 @@ enum vbi_wr_kind {
 /* A receive slot: one registered buffer, posted again after use. */
 struct vbi_slot {
 	uint8_t kind;
-	struct vbi_peer *peer;   /* RC; NULL for UD */
+	struct vbi_lane *lane;   /* RC; NULL for UD */
 	struct vbi_buf buf;
 };
 
@@ -70,6 +76,7 @@ struct vbi_slot {
 struct vbi_msg {
 	atomic_int refs;         /* window + send contexts still pointing at it */
 	struct vbi_buf buf;
+	struct vbi_devres *dr;   /* the device whose pool holds buf */
 	uint32_t len;            /* payload bytes */
 	uint16_t flags;          /* wire flags of the whole message */
 	uint64_t seq;
@@ -80,7 +87,7 @@ struct vbi_msg {
 struct vbi_sctx {
 	uint8_t kind;
 	bool signaled;
-	struct vbi_peer *peer;   /* RC; NULL for UD */
+	struct vbi_lane *lane;   /* RC; NULL for UD */
 	struct vbi_buf buf;      /* batch buffer (slot_size) */
 	struct vbi_msg *msg;     /* ref held for a zero-copy fragment */
 	void *ud_ref;            /* UD: struct vbi_udmsg ref */
@@ -99,6 +106,22 @@ struct vbi_sring {
 				    * without it by busy heuristics */
 	uint32_t since_signal;
 	struct vbi_buf hdr_area; /* n x 64 bytes */
+	struct vbi_mempool *pool; /* where the buffers came from */
+};
+
+/* One RDMA device the context uses: the primary, and optionally a second
+ * one for standby lanes (vb_ctx_attr_t.standby_ip / standby_device). */
+struct vbi_devres {
+	struct vb_ctx *ctx;
+	unsigned idx;            /* 0 primary, 1 standby device */
+	struct vbt_dev *dev;
+	struct vbt_pd *pd;
+	struct vbi_mempool *pool;
+	struct vbt_cq *cq;
+	atomic_bool fatal;       /* DEVICE_FATAL: nothing on it completes any more */
+	atomic_bool port_down;   /* PORT_ERR seen, no PORT_ACTIVE since */
+	atomic_bool failed;      /* a port/device event failed every lane on it:
+				  * the progress thread fails them over */
 };
 
 /* A publisher's view of one subscriber peer. */
@@ -107,7 +130,9 @@ struct vbi_pubpeer {
 	struct vbi_pubpeer *next_in_peer;
 	struct vb_pub *pub;
 	struct vbi_peer *peer;
-	uint64_t sent;           /* ORDERED: highest seq framed to this peer */
+	uint64_t sent;           /* ORDERED: highest seq framed to this peer (rewound to
+				  * acked on failover: retransmission) */
+	uint64_t high;           /* ORDERED: highest seq ever framed (ACK validation) */
 	uint64_t acked;          /* ORDERED: highest seq it acknowledged */
 	uint64_t joined;         /* seq before its first message */
 	uint32_t frag_sent;      /* ORDERED: bytes of message sent+1 already framed */
@@ -136,38 +161,101 @@ struct vbi_rxs {
 	bool in_dirty;
 };
 
-struct vbi_peer {
-	struct vbi_peer *next;
+/* Lane roles (HELLO): what a new connection is for. */
+enum vbi_lane_role {
+	VBI_LANE_PRIMARY = 0,    /* the first connection between two nodes */
+	VBI_LANE_STANDBY = 1,    /* pre-warmed in RTS, takes over on a failure */
+	VBI_LANE_REPLACE = 2,    /* built after a failure with no standby left */
+};
+
+/*
+ * A lane: one RC connection between two nodes (QP, CM state, receive
+ * slots, a send ring, credits). A peer has one active lane (published
+ * through its core/path, RCU-protected), at most one standby, and lanes
+ * being retired. Lanes pair up 1:1 with the remote's (one connection);
+ * the connecting side numbers them (@id, increasing).
+ * Everything except the atomics is under *@lk: the peer's txlock once the
+ * lane is bound to a peer, its own lock before (an accepted connection
+ * whose HELLO has not arrived yet).
+ */
+struct vbi_lane {
+	struct vbi_lane *next;   /* peer->lanes, node->pending or node->retire */
 	struct vb_node *node;
-	char name[VBI_NAME_MAX];
+	struct vbi_peer *peer;   /* NULL until bound */
+	pthread_mutex_t *lk;
+	pthread_mutex_t own_lock;
+	struct vbi_devres *dr;
 	struct vbt_qp *qp;
 	struct vbt_conn *conn;
-	/* state flags: read without locks from several threads */
-	atomic_bool up;          /* HELLO received, QP healthy */
-	atomic_bool dead;        /* error seen: no more posts */
-	atomic_bool closing;
-	atomic_bool remote_closed; /* the peer said BYE */
+	uint32_t id;             /* connector-assigned lane number */
+	uint8_t role;            /* enum vbi_lane_role */
+	uint32_t epoch;          /* path epoch it was published with */
+	atomic_bool dead;        /* failed or being retired: no more posts */
+	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
+	atomic_bool retiring;    /* on node->retire (once) */
+	atomic_bool hello_rcvd;
+	atomic_bool hello_sent;
+	atomic_bool hello_claim; /* our HELLO is being / was sent (once) */
+	atomic_int fail_act;     /* worst disruptive enum vbi_err_action reported
+				  * by completions/events, not yet handled (0 none) */
+	const char *fail_why;    /* reason of the first one */
 
-	pthread_mutex_t txlock;
 	struct vbi_sring sr;
 	uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
 	uint64_t returned_total; /* slots the remote gave back */
 	uint32_t remote_slots;   /* from HELLO */
+	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
+
+	struct vbi_slot *slots;  /* the progress context's */
+	uint32_t nslots;
+	atomic_uint posted_recvs; /* outstanding receive WRs */
+	uint64_t created_ns;
+};
+
+/* A path event recorded under txlock, reported after it is dropped. */
+struct vbi_pev {
+	uint8_t type;            /* enum vbi_path_ev_type */
+	uint64_t outage_ns;
+	const char *reason;
+};
+
+struct vbi_peer {
+	struct vbi_peer *next;
+	struct vb_node *node;
+	char name[VBI_NAME_MAX];
+	uint64_t uid;            /* the remote node's random id (HELLO) */
+	bool connector;          /* we connected: we build its lanes */
+	struct sockaddr_storage addr;    /* connector: where we connected */
+	struct sockaddr_storage sb_addr; /* its standby listener (family 0: none) */
+
+	struct vbi_path path;    /* active lane (RCU), standby, failover policy */
+	struct vbi_lane *lanes;  /* every lane bound to the peer (txlock) */
+	uint32_t next_lane_id;   /* connector: id of the next lane */
+	uint32_t rx_lane_id;     /* data from lanes numbered below is stale
+				  * (progress context) */
+	uint64_t recover_since_ns; /* recovering with no lane since (0: not) */
+	unsigned warm_failures;  /* connector: consecutive lane-building failures
+				  * (maintenance thread only) */
+	uint64_t warm_after_ns;  /* ... next attempt not before */
+	struct vbi_pev pev[8];   /* path events to report (txlock) */
+	unsigned npev;
+
+	/* state flags: read without locks from several threads */
+	atomic_bool up;          /* first HELLO received */
+	atomic_bool dead;        /* given up (no lane can be had) or closed */
+	atomic_bool closing;
+	atomic_bool remote_closed; /* the peer said BYE */
+
+	pthread_mutex_t txlock;
 	uint32_t remote_slot_size;
 	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
 	atomic_uint_fast64_t last_post_ns; /* last data SEND posted */
 	atomic_uint_fast64_t hold_since_ns; /* data held for batching since (0: none) */
-	atomic_bool hello_sent;
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 
-	/* receive side: slots are the progress context's; to_return, dirty,
-	 * delivered_since_ack and last_rx_ms are under txlock, because any
-	 * SEND to this peer may carry the ACKs (piggybacking) */
-	struct vbi_slot *slots;
-	uint32_t nslots;
-	atomic_uint posted_recvs; /* outstanding receive WRs */
-	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
+	/* receive side: dirty, delivered_since_ack and last_rx_ms are under
+	 * txlock, because any SEND to this peer may carry the ACKs */
 	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
 	uint64_t delivered_since_ack;
 	uint64_t last_rx_ms;     /* when data last arrived (idle ACK timer) */
@@ -219,22 +307,36 @@ struct vb_node {
 	struct vb_node *next;
 	struct vb_ctx *ctx;
 	char name[VBI_NAME_MAX];
+	uint64_t uid;              /* random: lets a peer match our lanes */
 	pthread_rwlock_t lock;
 	struct vbi_peer *peers;
+	struct vbi_lane *pending;  /* accepted lanes waiting for their HELLO (lock) */
 	struct vb_pub *pubs;
 	struct vb_sub *subs;
 	unsigned npeers_up;
 
-	struct vbt_listener *listener;
-	pthread_t accept_thread;
-	bool accepting;
+	/* listeners: [0] on the primary device, [1] on the standby device */
+	struct vbt_listener *listener[2];
+	pthread_t accept_thread[2];
+	bool accepting[2];
 	atomic_bool stop;
 	uint16_t port;
+	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */
+
+	/* maintenance thread: retires lanes, warms standbys, rebuilds */
+	pthread_t maint_thread;
+	bool maint_running;
+	pthread_mutex_t maint_lock;
+	pthread_cond_t maint_cv;
+	unsigned retiring;         /* lanes marked for retirement, not yet freed */
 };
 
 struct vb_ctx {
 	vb_ctx_attr_t attr;
 	const struct vbt_ops *ops;
+	struct vbi_devres dr[2];   /* [0] primary; [1] standby device (ndev == 2) */
+	unsigned ndev;
+	/* aliases of dr[0] */
 	struct vbt_dev *dev;
 	struct vbt_pd *pd;
 	struct vbi_mempool *pool;
@@ -242,6 +344,9 @@ struct vb_ctx {
 	struct vbt_conn_param cp;
 	struct vbi_sizing_out sz;
 	uint32_t ud_mtu;           /* datagram payload bytes (path MTU) */
+	struct vbi_errpol errpol;  /* every error completion / async event classified */
+	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
+	unsigned wait_dev;         /* the CQ the progress thread blocks on */
 
 	/* UD endpoint (FANOUT) */
 	struct vbt_qp *ud_qp;
@@ -277,6 +382,9 @@ struct vb_ctx {
 		atomic_uint_fast64_t published, delivered, duplicates, gaps, lost, malformed;
 		atomic_uint_fast64_t sends_posted, frames_sent, batched_frames, inline_sends;
 		atomic_uint_fast64_t backpressure, acks_sent, acks_received;
+		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
+		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
+		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 	} st;
 };
 
@@ -285,26 +393,58 @@ int vbi_progress_once(struct vb_ctx *ctx);
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 uint32_t vbi_topic_id(const char *name);
-int vbi_sring_init(struct vb_ctx *ctx, struct vbi_sring *sr, uint32_t n, uint8_t kind,
-		   struct vbi_peer *peer, bool batch_bufs);
+int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
+		   uint32_t n, uint8_t kind, struct vbi_lane *lane, bool batch_bufs);
 void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
 struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
 void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
-
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
+void vbi_progress_or_nap(struct vb_ctx *ctx);
+uint64_t vbi_mono_ns(void);
+
+/* lane.c: lanes, failover, the maintenance thread */
+void vbi_rcu_enter(void);  /* registers the thread on first use, then read-locks */
+void vbi_rcu_leave(void);
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, struct vbi_lane **out);
+void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
+int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool last);
+int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
+uint32_t vbi_lane_credits(const struct vbi_lane *l);
+void vbi_lane_send_hello(struct vbi_lane *l);
+void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
+void vbi_lane_retire(struct vbi_lane *l);
+void vbi_lane_destroy_now(struct vbi_lane *l);
+void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
+void vbi_lane_on_switch(struct vbi_lane *l);
+void vbi_peer_handle_failures(struct vb_ctx *ctx);
+void vbi_peer_pev_flush(struct vbi_peer *p);
+int vbi_peer_init_path(struct vbi_peer *p);
+void vbi_dev_event(const struct vbt_event *ev, void *arg);
+int vbi_maint_start(struct vb_node *node);
+void vbi_maint_stop(struct vb_node *node);
+void vbi_maint_kick(struct vb_node *node);
+/* Inside rcu read lock or txlock: the active lane if it can be posted to. */
+static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
+{
+	struct vbi_lane *l = vbi_path_lane(&p->path);
+
+	return l && !atomic_load_explicit(&l->dead, memory_order_relaxed) ? l : NULL;
+}
 
 /* node.c */
-int vbi_peer_post(struct vbi_peer *p, struct vbi_sctx *s, uint32_t len, bool last);
+struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
+void vbi_peer_free(struct vbi_peer *p);
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len);
 void vbi_sring_untake(struct vbi_sring *sr);
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
-uint32_t vbi_peer_build_acks(struct vbi_peer *p, uint8_t *buf, uint32_t cap,
+uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
-void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_rxs *upto);
-void vbi_peer_rc_recv(struct vbi_peer *peer, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
+void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
 bool vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
-int vbi_peer_send_ctrl(struct vbi_peer *peer, const void *frames, uint32_t len);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 
 /* pub.c */
@@ -313,6 +453,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_detach_peer(struct vbi_peer *peer);
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
+uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer);
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 uint64_t vbi_now_ms(void);
@@ -324,5 +465,6 @@ int vbi_check_topic(const char *topic);
 struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
 		  const void *payload);
+void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer);
 
 #endif

@@ -112,6 +112,12 @@ typedef enum vb_event_type {
 	VB_EV_PEER_UP = 1,    /* a connection completed its handshake */
 	VB_EV_PEER_DOWN = 2,  /* a connection failed or closed */
 	VB_EV_PROTOCOL = 3,   /* a malformed frame was dropped (counted) */
+	VB_EV_FAILOVER = 4,   /* a connection failed and its pre-warmed standby
+			       * took over (unacknowledged messages are resent) */
+	VB_EV_RECOVERED = 5,  /* a peer's path carries traffic again after a
+			       * failure (detail: the outage in ms) */
+	VB_EV_PATH_DOWN = 6,  /* no connection to the peer could be had: it is
+			       * given up (VB_EV_PEER_DOWN follows) */
 } vb_event_type_t;
 
 typedef struct vb_event {
@@ -149,6 +155,15 @@ typedef struct vb_ctx_attr {
 				 * join it in one SEND / datagram; an isolated
 				 * publish is posted at once. 0 = never hold.
 				 * 50 [VERBUS_BATCH_US] */
+	/* Failover. Every connection to a peer keeps a pre-warmed standby
+	 * connection (already in RTS) that takes over when the active one
+	 * fails; with a second device it goes there. */
+	int standby;            /* 1: warm standbys (default); 0: rebuild after a
+				 * failure instead [VERBUS_STANDBY] */
+	const char *standby_device; /* second device for standby connections
+				 * [VERBUS_STANDBY_DEVICE] */
+	const char *standby_ip; /* ... chosen by a local address on it; nodes that
+				 * listen also listen there [VERBUS_STANDBY_IP] */
 } vb_ctx_attr_t;
 
 /**
@@ -198,10 +213,25 @@ typedef struct vb_stats {
 	unsigned pool_chunks;
 	size_t pool_registered, pool_in_use;
 	uint64_t pool_registrations;
+	/* recovery (docs/recovery.md) */
+	uint64_t failovers;      /* switches to a standby connection (either end's) */
+	uint64_t rebuilds;       /* failures with no standby: a new connection built */
+	uint64_t path_downs;     /* peers given up: no connection could be had */
+	uint64_t retransmits;    /* messages resent after a switch (dropped by seq
+				  * at the receiver when it had them) */
+	uint64_t stale_frames;   /* DATA that arrived on a connection already replaced */
+	uint64_t lanes_created, lanes_retired, standbys_warmed;
+	uint64_t recover_last_ns, recover_max_ns; /* failure -> traffic again */
+	uint64_t err_by_action[16]; /* completions + async events per recovery
+				     * action (vb_err_action_name) */
 } vb_stats_t;
 
 /** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
 VB_EXPORT int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st);
+
+/** vb_recovery_action_name() - name of vb_stats_t.err_by_action[@i] ("?"
+ * past the last one). */
+VB_EXPORT const char *vb_recovery_action_name(unsigned i);
 
 /* ---- nodes --------------------------------------------------------------- */
 
@@ -210,6 +240,8 @@ typedef struct vb_node_attr {
 	const char *name;       /* shown to peers, default "verbus" [VERBUS_NODE_NAME] */
 	const char *listen_ip;  /* NULL: do not listen */
 	uint16_t listen_port;   /* 0 with listen_ip: any free port (vb_node_port) */
+	uint16_t standby_port;  /* port on the context's standby_ip (0: any); peers
+				 * learn it in the handshake */
 } vb_node_attr_t;
 
 VB_EXPORT void vb_node_attr_init(vb_node_attr_t *attr);
@@ -237,6 +269,27 @@ VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
  * vb_node_peers() - connections that completed the handshake and are up.
  */
 VB_EXPORT int vb_node_peers(vb_node_t *node);
+
+/* Faults a test or a drill can cause on a live connection, for real. */
+typedef enum vb_fault {
+	VB_FAULT_QP_ERR = 1,    /* move the active connection's QP to ERR from the
+				 * calling thread (as another thread's
+				 * ibv_modify_qp would): its WRs flush */
+	VB_FAULT_LOC_PROT = 2,  /* post a SEND whose lkey is wrong: the device
+				 * completes it with LOC_PROT_ERR */
+	VB_FAULT_REM_ACCESS = 3, /* post an RDMA WRITE with a bogus rkey: the peer
+				 * refuses it, REM_ACCESS_ERR */
+} vb_fault_t;
+
+/**
+ * vb_node_inject_fault() - cause @fault on the active connection to the
+ * peer named @peer (NULL: the first peer that is up). The library then
+ * recovers as from any real failure (VB_EV_FAILOVER, ...). Any thread.
+ * Returns 0; -ENOENT (no such peer up); -ENOTCONN (it has no active
+ * connection right now: recovering); -EINVAL; other negative errno from
+ * the device.
+ */
+VB_EXPORT int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault);
 
 /**
  * vb_node_destroy() - close every connection (outstanding work requests are

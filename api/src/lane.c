@@ -1,0 +1,1184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Lanes and failover: the RC connections behind a peer, the HELLO that
+ * binds a connection to its peer, error classification of completions and
+ * async events (core/errpolicy), the switch to a pre-warmed standby lane
+ * (core/path: RCU-published active lane, epoch, policy), and the per-node
+ * maintenance thread that retires old lanes, warms standbys and rebuilds a
+ * lane when no standby was left.
+ *
+ * The recovery, step by step (docs/recovery.md has the long version):
+ *  1. A completion with an error status or an async event on a lane's QP
+ *     (or on its port or device) is classified; a disruptive verdict marks
+ *     the lane (vbi_lane_report, any thread) and the progress thread acts
+ *     on it (vbi_peer_handle_failures): one action per incident.
+ *  2. Under the peer's txlock: vbi_path_fail() decides. With a standby, it
+ *     is published (vbi_path_switch: atomic exchange, new epoch), every
+ *     publisher's cursor to this peer is rewound to what the peer
+ *     acknowledged (the retransmission: the receiver drops what it already
+ *     has by sequence), a LANE frame tells the peer to switch as well, and
+ *     the recovery ends (vbi_path_resume). Without a standby the path has
+ *     no lane (publishes queue in the windows, bounded, then -EAGAIN) until
+ *     the connecting side has built a replacement.
+ *  3. The old lane goes to the maintenance thread: ERR, every posted WR
+ *     reaped (flushes are RECLAIM, not new failures), a grace period
+ *     (vbi_rcu_synchronize), then the QP and its buffers are destroyed.
+ *  4. The connecting side warms a new standby in the background (on the
+ *     other device when the context has one and its port is up).
+ *
+ * Thread-safety: vbi_lane_report and vbi_dev_event may run on any thread
+ * (atomics only); everything that changes which lane is active runs with
+ * the peer's txlock held; lanes are freed only by the maintenance thread or
+ * node destruction, after their WRs are reaped and a grace period passed.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/qp_handle.h"
+
+/* HELLO payload (little-endian), after the wire header. */
+enum {
+	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
+	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
+	HELLO_UID = HELLO_NAME + VBI_NAME_MAX, /* 72: the sender node's random id */
+	HELLO_LANE = 80,      /* lane id (the connector's numbering) */
+	HELLO_ROLE = 84,      /* enum vbi_lane_role */
+	HELLO_SB_FAMILY = 88, /* standby listener: 0 none, 4 IPv4, 6 IPv6 */
+	HELLO_SB_PORT = 92,
+	HELLO_SB_ADDR = 96,   /* 16 bytes (IPv4 in the first 4) */
+	HELLO_LEN = 112,
+};
+
+static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
+static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
+
+/* ---- RCU readers: any thread that posts, registered on first use -------------------- */
+
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+static __thread bool rcu_registered;
+
+static void rcu_thread_exit(void *arg)
+{
+	(void)arg;
+	vbi_rcu_unregister_thread();
+}
+
+static void rcu_key_init(void)
+{
+	if (pthread_key_create(&rcu_key, rcu_thread_exit))
+		vbi_error("no thread key for RCU registration");
+}
+
+void vbi_rcu_enter(void)
+{
+	if (__builtin_expect(!rcu_registered, 0)) {
+		pthread_once(&rcu_once, rcu_key_init);
+		vbi_rcu_register_thread();
+		pthread_setspecific(rcu_key, (void *)1);
+		rcu_registered = true;
+	}
+	vbi_rcu_read_lock();
+}
+
+void vbi_rcu_leave(void)
+{
+	vbi_rcu_read_unlock();
+}
+
+/* ---- creation, posting ---------------------------------------------------------------- */
+
+static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
+{
+	struct vbt_sge sge = { (uintptr_t)s->buf.addr, (uint32_t)l->node->ctx->attr.slot_size,
+			       s->buf.lkey };
+	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
+	const struct vbt_recv_wr *bad;
+	int rc = vbt_post_recv(l->qp, &wr, &bad);
+
+	if (!rc)
+		atomic_fetch_add(&l->posted_recvs, 1);
+	return rc;
+}
+
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, struct vbi_lane **out)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_lane *l = calloc(1, sizeof(*l));
+	struct vbt_qp_init_attr qa = {
+		.type = VB_QPT_RC, .send_cq = dr->cq, .recv_cq = dr->cq,
+		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
+			 .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = ctx->sz.max_inline },
+	};
+	struct vbt_peer local;
+	int rc;
+
+	*out = NULL;
+	if (!l)
+		return vbi_err(-ENOMEM, "lane");
+	l->node = node;
+	l->dr = dr;
+	pthread_mutex_init(&l->own_lock, NULL);
+	l->lk = &l->own_lock;
+	l->created_ns = vbi_mono_ns();
+	qa.user_ctx = l;
+	rc = ctx->ops->qp_create(dr->pd, &qa, &l->qp);
+	if (rc)
+		goto err;
+	rc = vbt_qp_local_peer(l->qp, 0, &local);
+	if (!rc)
+		rc = vbt_qp_to_init(l->qp, &ctx->cp, &local);
+	if (rc)
+		goto err;
+	rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l, true);
+	if (rc)
+		goto err;
+	l->nslots = l->qp->cap.max_recv_wr;
+	l->slots = calloc(l->nslots, sizeof(*l->slots));
+	if (!l->slots) {
+		rc = vbi_err(-ENOMEM, "receive slots");
+		goto err;
+	}
+	for (uint32_t i = 0; i < l->nslots; i++) {
+		struct vbi_slot *s = &l->slots[i];
+
+		s->kind = VBI_WR_RC_RECV;
+		s->lane = l;
+		rc = vbi_mempool_alloc(dr->pool, ctx->attr.slot_size, &s->buf);
+		if (rc)
+			goto err;
+	}
+	/* Until the peer's HELLO says how many slots it has, one credit:
+	 * enough for our own HELLO (every node posts >= 16 before connecting). */
+	l->remote_slots = 1;
+	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
+	for (uint32_t i = 0; i < l->nslots; i++)
+		if ((rc = post_slot(l, &l->slots[i])))
+			goto err;
+	atomic_fetch_add_explicit(&ctx->st.lanes_created, 1, memory_order_relaxed);
+	*out = l;
+	return 0;
+err:
+	vbi_err_prefix(rc, "new connection on %s", dr->dev->caps.name);
+	{
+		char msg[VBI_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		vbi_lane_destroy_now(l);
+		vbi_err(rc, "%s", msg);
+	}
+	return rc;
+}
+
+/* Bind an unbound lane to @p. p->txlock held; nobody holds the lane's own
+ * lock (it is no longer used afterwards). */
+void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p)
+{
+	l->peer = p;
+	l->lk = &p->txlock;
+	l->next = p->lanes;
+	p->lanes = l;
+}
+
+uint32_t vbi_lane_credits(const struct vbi_lane *l)
+{
+	return (uint32_t)(l->remote_slots + l->returned_total - l->sends_total);
+}
+
+/*
+ * Post one SEND of @len bytes already in @s->buf. Signal the last send of a
+ * burst and every quarter ring, so unsignaled entries are always released
+ * by a later completion. *l->lk held; the caller checked credits and ring
+ * space.
+ */
+int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool last)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	struct vbt_sge sge = { (uintptr_t)s->buf.addr, len, s->buf.lkey };
+	struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
+				  .opcode = VBT_WR_SEND };
+	const struct vbt_send_wr *bad;
+	int rc;
+
+	if (last || ++l->sr.since_signal >= l->sr.n / 4 || l->sr.outstanding >= l->sr.n - 1) {
+		wr.flags |= VBT_SEND_SIGNALED;
+		l->sr.since_signal = 0;
+		s->signaled = true;
+	}
+	if (len <= l->qp->cap.max_inline_data) {
+		wr.flags |= VBT_SEND_INLINE;
+		atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
+	}
+	rc = vbt_post_send(l->qp, &wr, &bad);
+	if (rc)
+		return rc;
+	l->sends_total++;
+	atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* Control frames may use the last credit (data keeps one in reserve so
+ * these can always flow). *l->lk held. */
+int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	uint32_t rss = l->peer ? l->peer->remote_slot_size : 0;
+	struct vbi_sctx *s;
+	int rc;
+
+	if (atomic_load(&l->dead))
+		return -ENOTCONN;
+	if (len > ctx->attr.slot_size || (rss && len > rss))
+		return vbi_err(-EMSGSIZE, "control frames of %u bytes", len);
+	if (vbi_lane_credits(l) < 1 || l->sr.outstanding >= l->sr.n)
+		return -EAGAIN;
+	s = vbi_sring_take(&l->sr);
+	memcpy(s->buf.addr, frames, len);
+	rc = vbi_lane_post(l, s, len, true);
+	if (rc)
+		vbi_sring_untake(&l->sr);
+	return rc;
+}
+
+static void addr_to_hello(const struct sockaddr_storage *ss, uint8_t *pl)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)ss;
+
+		put32(pl + HELLO_SB_FAMILY, 4);
+		put32(pl + HELLO_SB_PORT, ntohs(s4->sin_port));
+		memcpy(pl + HELLO_SB_ADDR, &s4->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)ss;
+
+		put32(pl + HELLO_SB_FAMILY, 6);
+		put32(pl + HELLO_SB_PORT, ntohs(s6->sin6_port));
+		memcpy(pl + HELLO_SB_ADDR, &s6->sin6_addr, 16);
+	}
+}
+
+static void addr_from_hello(const uint8_t *pl, struct sockaddr_storage *ss)
+{
+	uint32_t fam = get32(pl + HELLO_SB_FAMILY), port = get32(pl + HELLO_SB_PORT);
+
+	memset(ss, 0, sizeof(*ss));
+	if (port == 0 || port > 65535)
+		return;
+	if (fam == 4) {
+		struct sockaddr_in *s4 = (void *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		memcpy(&s4->sin_addr, pl + HELLO_SB_ADDR, 4);
+	} else if (fam == 6) {
+		struct sockaddr_in6 *s6 = (void *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		memcpy(&s6->sin6_addr, pl + HELLO_SB_ADDR, 16);
+	}
+}
+
+void vbi_lane_send_hello(struct vbi_lane *l)
+{
+	struct vb_node *node = l->node;
+	struct vb_ctx *ctx = node->ctx;
+	uint8_t buf[VBI_WIRE_HDR_LEN + HELLO_LEN];
+	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = HELLO_LEN };
+	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+	int rc;
+
+	if (atomic_exchange(&l->hello_claim, true))
+		return; /* sent already (accepted lanes: by whichever thread came first) */
+	vbi_wire_put(buf, &h);
+	memset(pl, 0, HELLO_LEN);
+	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
+	put32(pl + HELLO_UD_QPN, ctx->ud_local.qpn);
+	put32(pl + HELLO_UD_QKEY, ctx->ud_local.qkey);
+	memcpy(pl + HELLO_GID, ctx->ud_local.gid, 16);
+	put32(pl + HELLO_SLOTS, l->nslots);
+	put32(pl + HELLO_SLOT_SIZE, (uint32_t)ctx->attr.slot_size);
+	put32(pl + HELLO_MAX_MSG, (uint32_t)ctx->attr.max_msg);
+	memcpy(pl + HELLO_NAME, node->name, strnlen(node->name, VBI_NAME_MAX - 1));
+	put64(pl + HELLO_UID, node->uid);
+	put32(pl + HELLO_LANE, l->id);
+	put32(pl + HELLO_ROLE, l->role);
+	addr_to_hello(&node->sb_listen, pl);
+	pthread_mutex_lock(l->lk);
+	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
+	atomic_store(&l->hello_sent, rc == 0);
+	pthread_mutex_unlock(l->lk);
+	if (rc) {
+		struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "cannot send HELLO" };
+
+		vbi_lane_report(l, v, "cannot send HELLO");
+	}
+}
+
+/* ---- failure reports (any thread) ----------------------------------------------------- */
+
+void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	int cur;
+
+	if (atomic_load(&l->draining) || atomic_load(&l->dead) ||
+	    !vbi_err_action_disrupts(v.action))
+		return;
+	cur = atomic_load(&l->fail_act);
+	while ((int)v.action > cur) {
+		if (atomic_compare_exchange_weak(&l->fail_act, &cur, (int)v.action)) {
+			if (!cur)
+				l->fail_why = why; /* static string; read after fail_act */
+			break;
+		}
+	}
+	atomic_store(&ctx->fail_pending, true);
+}
+
+/* The device's async-event thread. QP events name the lane (user_ctx);
+ * port and device events fail every lane on the device. */
+void vbi_dev_event(const struct vbt_event *ev, void *arg)
+{
+	struct vbi_devres *dr = arg;
+	struct vb_ctx *ctx = dr->ctx;
+	struct vbi_err_verdict v = vbi_errpol_event(&ctx->errpol, ev->type);
+
+	vbi_info("%s: async event %s: %s (%s)", dr->dev ? dr->dev->caps.name : "?",
+		 vbt_event_name(ev->type), vbi_err_action_name(v.action), v.reason);
+	if (ev->type == VBT_EV_PORT_ERR)
+		atomic_store(&dr->port_down, true);
+	else if (ev->type == VBT_EV_PORT_ACTIVE)
+		atomic_store(&dr->port_down, false);
+	else if (ev->type == VBT_EV_DEVICE_FATAL)
+		atomic_store(&dr->fatal, true);
+	if (!vbi_err_action_disrupts(v.action))
+		return;
+	if (v.scope == VBI_SCOPE_QP || v.scope == VBI_SCOPE_WR) {
+		if (ev->qp_ctx) /* the UD endpoint has none: FANOUT reports its loss */
+			vbi_lane_report(ev->qp_ctx, v, v.reason);
+		return;
+	}
+	atomic_store(&dr->failed, true);
+	atomic_store(&ctx->fail_pending, true);
+}
+
+/* ---- path events: recorded under txlock, reported after ------------------------------- */
+
+static void path_event(const struct vbi_path_event *ev, void *arg)
+{
+	struct vbi_peer *p = arg;
+
+	if (p->npev < sizeof(p->pev) / sizeof(p->pev[0])) {
+		p->pev[p->npev].type = (uint8_t)ev->type;
+		p->pev[p->npev].outage_ns = ev->outage_ns;
+		p->pev[p->npev].reason = ev->reason;
+		p->npev++;
+	}
+}
+
+/* Report recorded path events (txlock NOT held: callbacks may publish). */
+void vbi_peer_pev_flush(struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_pev ev[8];
+	unsigned n;
+
+	pthread_mutex_lock(&p->txlock);
+	n = p->npev;
+	memcpy(ev, p->pev, n * sizeof(ev[0]));
+	p->npev = 0;
+	pthread_mutex_unlock(&p->txlock);
+	for (unsigned i = 0; i < n; i++) {
+		const char *r = ev[i].reason ? ev[i].reason : "";
+
+		switch (ev[i].type) {
+		case VBI_PATH_EV_FAILOVER:
+			vbi_event(ctx, VB_EV_FAILOVER, p->name, "switched to the standby connection%s%s",
+				  *r ? ": " : "", r);
+			break;
+		case VBI_PATH_EV_RECOVERED: {
+			uint64_t o = ev[i].outage_ns, max;
+
+			atomic_store(&ctx->st.recover_last_ns, o);
+			max = atomic_load(&ctx->st.recover_max_ns);
+			while (o > max && !atomic_compare_exchange_weak(&ctx->st.recover_max_ns, &max, o))
+				;
+			vbi_event(ctx, VB_EV_RECOVERED, p->name, "path recovered after %.3f ms",
+				  (double)o / 1e6);
+			break;
+		}
+		case VBI_PATH_EV_DOWN:
+			vbi_event(ctx, VB_EV_PATH_DOWN, p->name, "%s", r);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+int vbi_peer_init_path(struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_path_cfg cfg;
+
+	vbi_path_cfg_init(&cfg);
+	/* Lanes are RC; UC/UD lanes are not built (see docs/recovery.md). */
+	cfg.best = VB_QPT_RC;
+	cfg.worst = VB_QPT_RC;
+	/* While recovering, publishes queue in the retransmit windows (they are
+	 * the bound); beyond them -EAGAIN. */
+	if (!getenv("VERBUS_RECOVERY_QUEUE"))
+		cfg.recovery_queue = ctx->attr.window;
+	return vbi_path_init(&p->path, &cfg, vbi_mono_ns(), path_event, p);
+}
+
+/* ---- switching lanes (txlock held) ------------------------------------------------------- */
+
+static void lane_retire_locked(struct vbi_lane *l)
+{
+	atomic_store(&l->dead, true);
+	vbi_lane_retire(l);
+}
+
+/*
+ * Make @s the active lane: publish it (new epoch), rewind every publisher's
+ * cursor to this peer to what it acknowledged (the retransmission), tell
+ * the peer (LANE frame on @s) unless it told us, end the recovery. Returns
+ * the lane that was active (NULL if none), for the caller to retire.
+ */
+static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	uint64_t now = vbi_mono_ns();
+	struct vbi_lane *old = vbi_path_switch(&p->path, s, now, &s->epoch);
+	uint64_t n = vbi_pub_rewind_peer(p);
+
+	atomic_fetch_add(&ctx->st.retransmits, n);
+	if (tell) {
+		uint8_t buf[VBI_WIRE_HDR_LEN];
+		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
+
+		vbi_wire_put(buf, &h);
+		if (vbi_lane_send_ctrl(s, buf, sizeof(buf)))
+			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
+				 vbi_errmsg());
+	}
+	vbi_path_resume(&p->path, now);
+	p->recover_since_ns = 0;
+	/* the peer's DATA now comes on @s: older lanes are stale for it */
+	vbi_info("peer '%s': lane %u (QP %u on %s) active, epoch %u, %llu messages to retransmit",
+		 p->name, s->id, s->qp->qpn, s->dr->dev->caps.name, s->epoch,
+		 (unsigned long long)n);
+	return old != s ? old : NULL;
+}
+
+/* The failure of lane @l (disruptive action @act): txlock held. Returns
+ * true when the peer must be given up (no lane can be had). */
+static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_action act)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_lane *active = vbi_path_lane(&p->path);
+	struct vbi_path_decision d;
+	uint64_t now = vbi_mono_ns();
+
+	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s", p->name, l->id,
+		 l->qp->qpn, l->dr->dev->caps.name, l->fail_why ? l->fail_why : "?",
+		 vbi_err_action_name(act));
+	if (l != active) {
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (sb && sb != l) /* not the one that failed: keep it */
+			vbi_path_set_standby(&p->path, sb);
+		lane_retire_locked(l);
+		return false;
+	}
+	d = vbi_path_fail(&p->path, l->epoch, now, 0);
+	switch (d.action) {
+	case VBI_PATH_SWITCH_TO_STANDBY: {
+		struct vbi_lane *s = d.lane, *old;
+
+		if (atomic_load(&s->dead)) { /* failed too (same port): no switch */
+			lane_retire_locked(s);
+			goto rebuild;
+		}
+		atomic_fetch_add(&ctx->st.failovers, 1);
+		old = switch_to(p, s, true);
+		if (old)
+			lane_retire_locked(old);
+		return false;
+	}
+	case VBI_PATH_REBUILD:
+	case VBI_PATH_DEGRADE:
+		if (d.lane)
+			lane_retire_locked(d.lane);
+rebuild: {
+		struct vbi_lane *old = vbi_path_switch(&p->path, NULL, now, NULL);
+
+		if (old)
+			lane_retire_locked(old);
+		lane_retire_locked(l);
+		if (!p->recover_since_ns)
+			p->recover_since_ns = now;
+		atomic_fetch_add(&ctx->st.rebuilds, 1);
+		return false;
+	}
+	case VBI_PATH_DOWN:
+		return true;
+	case VBI_PATH_STALE:
+	case VBI_PATH_IN_PROGRESS:
+		lane_retire_locked(l);
+		return false;
+	}
+	return false;
+}
+
+/* Progress thread: act on every lane marked failed (completions, events,
+ * port/device failures). */
+void vbi_peer_handle_failures(struct vb_ctx *ctx)
+{
+	bool any = false;
+
+	if (!atomic_exchange(&ctx->fail_pending, false))
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+			bool down = false, acted = false;
+
+			pthread_mutex_lock(&p->txlock);
+			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
+				int act;
+
+				if (atomic_load(&l->dr->failed))
+					vbi_lane_report(l, (struct vbi_err_verdict){ VBI_ACT_FAILOVER,
+						VBI_SCOPE_PORT, "port or device failed" },
+						atomic_load(&l->dr->fatal) ? "device fatal" : "port down");
+				act = atomic_exchange(&l->fail_act, 0);
+				if (!act || atomic_load(&l->dead))
+					continue;
+				acted = true;
+				if (!p->dead && !p->closing)
+					down |= lane_failed_locked(p, l, (enum vbi_err_action)act);
+				else
+					lane_retire_locked(l);
+			}
+			pthread_mutex_unlock(&p->txlock);
+			if (acted) {
+				any = true;
+				vbi_peer_pev_flush(p);
+			}
+			if (down)
+				vbi_peer_failed(p, "no connection can be had");
+		}
+		pthread_rwlock_unlock(&n->lock);
+		if (any)
+			vbi_maint_kick(n);
+	}
+	for (unsigned i = 0; i < ctx->ndev; i++)
+		atomic_store(&ctx->dr[i].failed, false);
+	/* reports made meanwhile set fail_pending again */
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* The peer sent a LANE frame on @l: it transmits there now; follow. Progress
+ * context, node->lock held for reading. */
+void vbi_lane_on_switch(struct vbi_lane *l)
+{
+	struct vbi_peer *p = l->peer;
+	struct vbi_lane *old = NULL;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->txlock);
+	if (!atomic_load(&l->dead) && vbi_path_lane(&p->path) != l && !p->dead) {
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (sb && sb != l)
+			vbi_path_set_standby(&p->path, sb);
+		old = switch_to(p, l, false);
+		atomic_fetch_add(&p->node->ctx->st.failovers, 1);
+		if (old)
+			lane_retire_locked(old);
+	}
+	pthread_mutex_unlock(&p->txlock);
+	vbi_peer_pev_flush(p);
+	vbi_maint_kick(p->node);
+}
+
+/* ---- HELLO ------------------------------------------------------------------------------ */
+
+/* A HELLO we cannot use: counted; @fatal ones (impossible geometry, an
+ * unknown peer) also close the connection, the others are dropped. */
+static void hello_bad(struct vbi_lane *l, const char *why, bool fatal)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "bad HELLO" };
+
+	atomic_fetch_add(&ctx->st.malformed, 1);
+	if (!fatal) {
+		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "%s", why);
+		return;
+	}
+	vbi_lane_report(l, v, why);
+	if (!l->peer || !atomic_load(&l->peer->up))
+		vbi_event(ctx, VB_EV_PEER_DOWN, l->peer ? l->peer->name : "", "%s", why);
+}
+
+/* The remote node's UD endpoint (FANOUT), from its first HELLO. */
+static void peer_set_ud(struct vbi_peer *p, const uint8_t *pl)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbt_peer ud = { 0 };
+	struct vbt_ah_attr aa;
+	struct vbt_ah *ah = NULL;
+
+	ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
+	ud.qkey = get32(pl + HELLO_UD_QKEY);
+	memcpy(ud.gid, pl + HELLO_GID, 16);
+	vbt_ah_attr_from_peer(ctx->dev, &ud, &aa);
+	if (ctx->ops->ah_create(ctx->pd, &aa, &ah))
+		vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name, vbi_errmsg());
+	/* FANOUT publishers read these under ud_lock */
+	pthread_mutex_lock(&ctx->ud_lock);
+	p->ud = ud;
+	p->ah = ah;
+	pthread_mutex_unlock(&ctx->ud_lock);
+}
+
+/*
+ * HELLO on lane @l. Progress context; node->lock held for writing when the
+ * lane is not bound yet (it may create a peer), for reading otherwise.
+ */
+void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl)
+{
+	struct vb_node *node = l->node;
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_peer *p = l->peer;
+	uint32_t slots, slot_size, role;
+	uint64_t uid;
+
+	if (h->len < HELLO_LEN || get32(pl + HELLO_VERSION) != VBI_HELLO_VERSION ||
+	    atomic_load(&l->hello_rcvd)) {
+		hello_bad(l, "bad or repeated HELLO dropped", false);
+		return;
+	}
+	slots = get32(pl + HELLO_SLOTS);
+	slot_size = get32(pl + HELLO_SLOT_SIZE);
+	role = get32(pl + HELLO_ROLE);
+	uid = get64(pl + HELLO_UID);
+	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20) ||
+	    slot_size % 64 || role > VBI_LANE_REPLACE) {
+		hello_bad(l, "HELLO with impossible slot geometry or role", true);
+		return;
+	}
+	if (!p) {
+		/* An accepted connection: a new peer, or a lane of a known one. */
+		if (role == VBI_LANE_PRIMARY) {
+			p = vbi_peer_alloc(node);
+			if (!p) {
+				hello_bad(l, "no memory for a new peer", true);
+				return;
+			}
+			pthread_mutex_lock(&ctx->lock);
+			if (ctx->npeers >= ctx->attr.max_peers) {
+				pthread_mutex_unlock(&ctx->lock);
+				vbi_warn("refusing a connection: max_peers (%u) reached",
+					 ctx->attr.max_peers);
+				vbi_peer_free(p);
+				hello_bad(l, "max_peers reached", true);
+				return;
+			}
+			ctx->npeers++;
+			pthread_mutex_unlock(&ctx->lock);
+			p->uid = uid;
+			p->next = node->peers;
+			node->peers = p;
+		} else {
+			for (p = node->peers; p; p = p->next)
+				if (p->uid == uid && !p->connector && !atomic_load(&p->dead))
+					break;
+			if (!p) {
+				hello_bad(l, "standby connection for a peer we do not know", true);
+				return;
+			}
+		}
+		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
+			if (*q == l) {
+				*q = l->next;
+				break;
+			}
+		l->id = get32(pl + HELLO_LANE);
+		l->role = (uint8_t)role;
+		pthread_mutex_lock(&p->txlock);
+		vbi_lane_bind(l, p);
+		pthread_mutex_unlock(&p->txlock);
+		/* ours goes first if the accept thread has not sent it yet */
+		vbi_lane_send_hello(l);
+	} else if (uid != p->uid && atomic_load(&p->up)) {
+		hello_bad(l, "HELLO from another node on this peer's connection", true);
+		return;
+	}
+	role = l->role; /* ours (the connector numbers and names lanes) */
+	pthread_mutex_lock(&p->txlock);
+	/* Our HELLO consumed one of its slots before we knew the count. */
+	l->remote_slots = slots;
+	p->remote_slot_size = slot_size;
+	pthread_mutex_unlock(&p->txlock);
+	atomic_store(&l->hello_rcvd, true);
+
+	if (!atomic_load(&p->up)) {
+		struct vbi_lane *old;
+
+		memcpy(p->name, pl + HELLO_NAME, VBI_NAME_MAX - 1);
+		p->name[VBI_NAME_MAX - 1] = '\0';
+		p->uid = uid;
+		addr_from_hello(pl, &p->sb_addr);
+		peer_set_ud(p, pl);
+		pthread_mutex_lock(&p->txlock);
+		old = vbi_path_switch(&p->path, l, vbi_mono_ns(), &l->epoch);
+		pthread_mutex_unlock(&p->txlock);
+		if (old)
+			vbi_lane_retire(old);
+		/* Our SUBs follow our HELLO: sent from after_poll. */
+		p->subs_pending = true;
+		atomic_store(&p->up, true);
+		__atomic_fetch_add(&node->npeers_up, 1, __ATOMIC_RELAXED);
+		vbi_event(ctx, VB_EV_PEER_UP, p->name,
+			  "RC QP %u on %s; the peer has %u slots of %u bytes", l->qp->qpn,
+			  l->dr->dev->caps.name, slots, slot_size);
+		vbi_peer_pev_flush(p);
+		vbi_maint_kick(node);
+		return;
+	}
+	if (role == VBI_LANE_STANDBY) {
+		struct vbi_lane *old;
+
+		pthread_mutex_lock(&p->txlock);
+		if (!vbi_path_lane(&p->path) && p->recover_since_ns) {
+			/* recovering with nothing to switch to: it is the lane now
+			 * (and the other end, which took it for a standby, is told) */
+			old = switch_to(p, l, true);
+		} else {
+			old = vbi_path_set_standby(&p->path, l);
+			atomic_fetch_add(&ctx->st.standbys_warmed, 1);
+		}
+		if (old)
+			lane_retire_locked(old);
+		pthread_mutex_unlock(&p->txlock);
+		vbi_info("peer '%s': standby lane %u ready (QP %u on %s)", p->name, l->id,
+			 l->qp->qpn, l->dr->dev->caps.name);
+	} else {
+		/* REPLACE: the connector built it after a failure; both ends
+		 * switch when its HELLO arrives. */
+		struct vbi_lane *old;
+
+		pthread_mutex_lock(&p->txlock);
+		old = switch_to(p, l, false);
+		if (old)
+			lane_retire_locked(old);
+		pthread_mutex_unlock(&p->txlock);
+	}
+	vbi_peer_pev_flush(p);
+	vbi_maint_kick(node);
+}
+
+/* ---- receive ------------------------------------------------------------------------------ */
+
+void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)
+{
+	struct vb_node *node = l->node;
+	struct vb_ctx *ctx = node->ctx;
+	bool bound = l->peer != NULL;
+
+	if (bound)
+		pthread_rwlock_rdlock(&node->lock);
+	else
+		pthread_rwlock_wrlock(&node->lock);
+	if (!byte_len) { /* a SEND with no frame in it */
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
+	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
+		vbi_dispatch_frames(ctx, l, slot->buf.addr, byte_len);
+	}
+	pthread_rwlock_unlock(&node->lock);
+	if (atomic_load(&l->draining) || atomic_load(&l->dead))
+		return;
+	if (post_slot(l, slot)) {
+		struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP, "receive repost failed" };
+
+		vbi_lane_report(l, v, "receive repost failed");
+		return;
+	}
+	pthread_mutex_lock(l->lk);
+	l->to_return++;
+	if (l->peer)
+		l->peer->last_rx_ms = vbi_now_ms();
+	pthread_mutex_unlock(l->lk);
+}
+
+/* ---- retiring ------------------------------------------------------------------------------ */
+
+/* Hand @l to the maintenance thread (drain, grace period, destroy). Any
+ * thread; idempotent. */
+void vbi_lane_retire(struct vbi_lane *l)
+{
+	struct vb_node *node = l->node;
+
+	atomic_store(&l->dead, true);
+	if (atomic_exchange(&l->retiring, true))
+		return;
+	pthread_mutex_lock(&node->maint_lock);
+	/* l->next still links it into its peer's list: the retire list uses
+	 * a separate pass (vbi_maint_*), so queue by peer membership */
+	node->retiring++;
+	pthread_cond_broadcast(&node->maint_cv);
+	pthread_mutex_unlock(&node->maint_lock);
+}
+
+/*
+ * Drain @l and free it: ERR, wait (bounded) until every posted WR has been
+ * reaped (by the progress thread, or here in APP mode), unlink it from its
+ * peer, wait for a grace period, destroy. Not from the progress context,
+ * not inside an RCU read-side section, no lock held.
+ */
+void vbi_lane_destroy_now(struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	uint64_t t0 = vbi_mono_ns();
+
+	pthread_mutex_lock(l->lk);
+	atomic_store(&l->dead, true);
+	atomic_store(&l->draining, true);
+	pthread_mutex_unlock(l->lk);
+	if (l->qp && vbt_qp_state(l->qp) != VB_QPS_RESET && !atomic_load(&l->dr->fatal))
+		vbt_qp_set_state(l->qp, VB_QPS_ERR);
+	for (;;) {
+		uint32_t out;
+
+		pthread_mutex_lock(l->lk);
+		out = l->sr.outstanding;
+		pthread_mutex_unlock(l->lk);
+		if (!out && !atomic_load(&l->posted_recvs))
+			break;
+		if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal))
+			break; /* never posted to, or nothing will complete any more */
+		if (vbi_mono_ns() - t0 > 10000000000ull) {
+			vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding",
+				 l->id, out, atomic_load(&l->posted_recvs));
+			break;
+		}
+		vbi_progress_or_nap(ctx);
+	}
+	pthread_mutex_lock(l->lk);
+	vbi_sring_release_upto(ctx, &l->sr, NULL);
+	if (l->peer)
+		for (struct vbi_lane **q = &l->peer->lanes; *q; q = &(*q)->next)
+			if (*q == l) {
+				*q = l->next;
+				break;
+			}
+	pthread_mutex_unlock(l->lk);
+	/* posters that read the lane before it was unpublished are done */
+	vbi_rcu_synchronize();
+	if (l->conn)
+		ctx->ops->conn_close(l->conn);
+	if (l->qp)
+		ctx->ops->qp_destroy(l->qp);
+	vbi_sring_fini(ctx, &l->sr);
+	if (l->slots) {
+		for (uint32_t i = 0; i < l->nslots; i++)
+			if (l->slots[i].buf.addr)
+				vbi_mempool_free(l->dr->pool, l->slots[i].buf.addr);
+		free(l->slots);
+	}
+	pthread_mutex_destroy(&l->own_lock);
+	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
+	free(l);
+}
+
+/* ---- maintenance thread ------------------------------------------------------------------- */
+
+void vbi_maint_kick(struct vb_node *node)
+{
+	pthread_mutex_lock(&node->maint_lock);
+	pthread_cond_broadcast(&node->maint_cv);
+	pthread_mutex_unlock(&node->maint_lock);
+}
+
+static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
+{
+	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
+}
+
+/* Retire lanes marked so: peers' lanes and pending (unbound) ones. */
+static void maint_retire(struct vb_node *node)
+{
+	for (;;) {
+		struct vbi_lane *victim = NULL;
+
+		pthread_rwlock_wrlock(&node->lock);
+		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
+			if (atomic_load(&(*q)->dead) || atomic_load(&(*q)->fail_act)) {
+				victim = *q;
+				*q = victim->next;
+				victim->next = NULL;
+				atomic_store(&victim->retiring, true);
+				break;
+			}
+		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
+			pthread_mutex_lock(&p->txlock);
+			for (struct vbi_lane *l = p->lanes; l; l = l->next)
+				if (atomic_load(&l->retiring) && !atomic_load(&l->draining)) {
+					atomic_store(&l->draining, true);
+					victim = l;
+					break;
+				}
+			pthread_mutex_unlock(&p->txlock);
+		}
+		pthread_rwlock_unlock(&node->lock);
+		if (!victim)
+			return;
+		vbi_lane_destroy_now(victim);
+		pthread_mutex_lock(&node->maint_lock);
+		if (node->retiring)
+			node->retiring--;
+		pthread_mutex_unlock(&node->maint_lock);
+	}
+}
+
+static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool standby,
+				   const struct sockaddr_storage **dst)
+{
+	struct vbi_lane *active = vbi_path_lane(&p->path);
+	int order[2] = { 0, 1 };
+
+	/* A standby goes on the other device than the active lane when it can. */
+	if (standby && active && active->dr->idx == 0)
+		order[0] = 1, order[1] = 0;
+	for (int i = 0; i < 2; i++) {
+		struct vbi_devres *dr = &ctx->dr[order[i]];
+		const struct sockaddr_storage *a = order[i] ? &p->sb_addr : &p->addr;
+
+		if ((unsigned)order[i] >= ctx->ndev || !a->ss_family)
+			continue;
+		if (atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
+			continue;
+		*dst = a;
+		return dr;
+	}
+	return NULL;
+}
+
+/* Connector: build a lane of @role to @p. Maintenance thread, no lock held. */
+static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role)
+{
+	struct vb_ctx *ctx = node->ctx;
+	const struct sockaddr_storage *dst = NULL;
+	struct vbi_devres *dr;
+	struct vbi_lane *l;
+	int rc;
+
+	pthread_mutex_lock(&p->txlock);
+	dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
+	pthread_mutex_unlock(&p->txlock);
+	if (!dr)
+		return vbi_err(-ENETDOWN, "no device with a usable port towards '%s'", p->name);
+	rc = vbi_lane_new(node, dr, &l);
+	if (rc)
+		return rc;
+	/* bound before it connects: the peer's HELLO may arrive first */
+	pthread_mutex_lock(&p->txlock);
+	l->id = p->next_lane_id++;
+	l->role = role;
+	vbi_lane_bind(l, p);
+	pthread_mutex_unlock(&p->txlock);
+	rc = ctx->ops->connect(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp, &l->conn);
+	if (rc) {
+		char msg[VBI_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		vbi_lane_destroy_now(l);
+		return vbi_err(rc, "%s", msg);
+	}
+	vbi_lane_send_hello(l);
+	return 0;
+}
+
+static void maint_peer(struct vb_node *node, struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t now = vbi_mono_ns(), since;
+	bool need_lane, need_standby, waiting_hello = false;
+
+	pthread_mutex_lock(&p->txlock);
+	since = p->recover_since_ns;
+	need_lane = !vbi_path_lane(&p->path) && since;
+	need_standby = !need_lane && ctx->attr.standby && !vbi_path_has_standby(&p->path) && vbi_path_lane(&p->path);
+	for (struct vbi_lane *l = p->lanes; l; l = l->next)
+		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd))
+			waiting_hello = true;
+	pthread_mutex_unlock(&p->txlock);
+
+	if (need_lane && now - since > recover_timeout_ns(ctx)) {
+		pthread_mutex_lock(&p->txlock);
+		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
+		pthread_mutex_unlock(&p->txlock);
+		vbi_peer_pev_flush(p);
+		atomic_fetch_add(&ctx->st.path_downs, 1);
+		vbi_peer_failed(p, "no connection could be rebuilt in time");
+		return;
+	}
+	if (!p->connector || waiting_hello || (!need_lane && !need_standby) ||
+	    now < p->warm_after_ns || atomic_load(&node->stop))
+		return;
+	if (build_lane(node, p, need_lane ? VBI_LANE_REPLACE : VBI_LANE_STANDBY)) {
+		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
+
+		p->warm_failures++;
+		p->warm_after_ns = vbi_mono_ns() + back;
+		vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
+			 need_lane ? "replacement" : "standby", (unsigned long long)(back / 1000000),
+			 vbi_errmsg());
+	} else {
+		p->warm_failures = 0;
+	}
+}
+
+static void *maint_main(void *arg)
+{
+	struct vb_node *node = arg;
+	struct vb_ctx *ctx = node->ctx;
+
+	while (!atomic_load(&node->stop)) {
+		struct timespec dl;
+		struct vbi_peer *todo[64];
+		unsigned n = 0;
+
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += 50000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&node->maint_lock);
+		if (!node->retiring)
+			pthread_cond_timedwait(&node->maint_cv, &node->maint_lock, &dl);
+		pthread_mutex_unlock(&node->maint_lock);
+		if (atomic_load(&node->stop))
+			break;
+		maint_retire(node);
+		/* Peers are freed only when the node is destroyed (after this
+		 * thread is joined): the snapshot stays valid. */
+		pthread_rwlock_rdlock(&node->lock);
+		for (struct vbi_peer *p = node->peers; p && n < 64; p = p->next)
+			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
+				todo[n++] = p;
+		pthread_rwlock_unlock(&node->lock);
+		for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
+			maint_peer(node, todo[i]);
+		(void)ctx;
+	}
+	return NULL;
+}
+
+int vbi_maint_start(struct vb_node *node)
+{
+	int rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
+
+	if (rc)
+		return vbi_err(rc, "maintenance thread: %s", strerror(-rc));
+	node->maint_running = true;
+	return 0;
+}
+
+void vbi_maint_stop(struct vb_node *node)
+{
+	atomic_store(&node->stop, true);
+	if (node->maint_running) {
+		vbi_maint_kick(node);
+		pthread_join(node->maint_thread, NULL);
+		node->maint_running = false;
+	}
+}
+
+/* ---- fault injection ----------------------------------------------------------------------- */
+
+int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
+{
+	struct vbi_peer *p;
+	struct vbi_lane *l;
+	int rc = 0;
+
+	if (!node || fault < VB_FAULT_QP_ERR || fault > VB_FAULT_REM_ACCESS)
+		return vbi_err(-EINVAL, "vb_node_inject_fault: NULL node or unknown fault %d",
+			       (int)fault);
+	pthread_rwlock_rdlock(&node->lock);
+	for (p = node->peers; p; p = p->next)
+		if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
+		    (!peer || !strcmp(peer, p->name)))
+			break;
+	if (!p) {
+		pthread_rwlock_unlock(&node->lock);
+		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
+	}
+	pthread_mutex_lock(&p->txlock);
+	vbi_rcu_enter();
+	l = vbi_peer_lane(p);
+	if (!l) {
+		rc = vbi_err(-ENOTCONN, "peer '%s' has no active connection (recovering)", p->name);
+	} else if (fault == VB_FAULT_QP_ERR) {
+		rc = vbt_qp_set_state(l->qp, VB_QPS_ERR);
+		vbi_info("fault: lane %u QP %u moved to ERR", l->id, l->qp->qpn);
+	} else if (l->sr.outstanding >= l->sr.n) {
+		rc = vbi_err(-EAGAIN, "send queue full");
+	} else {
+		struct vbi_sctx *s = vbi_sring_take(&l->sr);
+		struct vbt_sge sge = { (uintptr_t)s->hdr, VBI_WIRE_HDR_LEN, s->hdr_lkey };
+		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
+					  .flags = VBT_SEND_SIGNALED };
+		const struct vbt_send_wr *bad;
+
+		if (fault == VB_FAULT_LOC_PROT) {
+			/* a valid lkey over an address outside its region: a
+			 * local protection fault (an unknown lkey is an
+			 * operation error on rxe) */
+			sge.addr = 0x1000;
+			wr.opcode = VBT_WR_SEND;
+		} else {
+			/* the QP allows remote writes, but no region on the peer
+			 * does (they are registered for local access only):
+			 * any rkey is an access violation there */
+			struct vbi_wire_hdr h = { .type = VBI_WT_HEARTBEAT };
+
+			vbi_wire_put(s->hdr, &h);
+			wr.opcode = VBT_WR_RDMA_WRITE;
+			wr.remote_addr = 0x1000;
+			wr.rkey = 0x12345678u;
+		}
+		s->signaled = true;
+		rc = vbt_post_send(l->qp, &wr, &bad);
+		if (rc)
+			vbi_sring_untake(&l->sr);
+		else
+			vbi_info("fault: lane %u QP %u: %s posted", l->id, l->qp->qpn,
+				 fault == VB_FAULT_LOC_PROT ? "SEND with a bad lkey"
+							    : "RDMA WRITE with a bad rkey");
+	}
+	vbi_rcu_leave();
+	pthread_mutex_unlock(&p->txlock);
+	pthread_rwlock_unlock(&node->lock);
+	return rc;
+}
