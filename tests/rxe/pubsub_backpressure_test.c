@@ -261,6 +261,13 @@ static void test_backpressure(void **state)
 	}
 	if (vb_pub_wait_acked(pub, i, 60000))
 		fail_msg("warm-up not acknowledged: %s", vb_errmsg());
+	/* the subscriber's standby connection is part of the steady state */
+	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 30000; usleep(10000)) {
+		vb_ctx_stats(ctx, &s0);
+		if (s0.standbys_warmed >= 1)
+			break;
+	}
+	assert_true(s0.standbys_warmed >= 1);
 	vb_ctx_stats(ctx, &s0);
 	bound = s0.pool_registered +
 		(((size_t)WINDOW * vbi_mempool_class_size(vbi_mempool_class_of(40 + MAX_LEN)) +
@@ -321,14 +328,16 @@ static void test_backpressure(void **state)
 	vb_ctx_stats(ctx, &s);
 	printf("pub: after SIGCONT %" PRIu64 " more published (%" PRIu64 " retries), all %" PRIu64
 	       " acknowledged; registered max %zu bytes; SENDs %" PRIu64 ", frames %" PRIu64
-	       " (batched %" PRIu64 "), acks in %" PRIu64 ", malformed %" PRIu64 "\n",
+	       " (batched %" PRIu64 "), acks in %" PRIu64 ", malformed %" PRIu64 ", failovers %"
+	       PRIu64 ", connections built %" PRIu64 "\n",
 	       i - resumed, after.eagain, i,
 	       after.max_registered, s.sends_posted, s.frames_sent, s.batched_frames,
-	       s.acks_received, s.malformed);
+	       s.acks_received, s.malformed, s.failovers, s.lanes_created);
 	assert_int_equal(st, 0);
 	assert_int_equal(sh->got, n_total);
 	assert_int_equal(sh->errors, 0);
 	assert_int_equal(s.malformed, 0);
+	assert_int_equal(s.failovers, 0); /* a stalled reader is not a failed path */
 	assert_true(after.max_registered <= bound);
 
 	assert_int_equal(vb_pub_destroy(pub), 0);

@@ -52,11 +52,12 @@
 #include "tests/common/rxe_env.h"
 #include "transport/transport.h"
 
-/* HELLO payload as api/src/node.c lays it out (little-endian). */
+/* HELLO payload as api/src/lane.c lays it out (little-endian, version 2). */
 enum {
 	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
 	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
-	HELLO_LEN = HELLO_NAME + 32,
+	HELLO_UID = 72, HELLO_LANE = 80, HELLO_ROLE = 84,
+	HELLO_LEN = 112,
 };
 
 #define T_ORDERED "good.ordered"
@@ -466,7 +467,11 @@ static uint32_t hello(uint8_t *buf, uint32_t slots, uint32_t slot_size, uint32_t
 
 	vbi_wire_put(buf, &h);
 	memset(pl, 0, HELLO_LEN);
-	put32le(pl + HELLO_VERSION, 1);
+	put32le(pl + HELLO_VERSION, 2);
+	put32le(pl + HELLO_UID, 0x5a5a0001u);
+	put32le(pl + HELLO_UID + 4, (uint32_t)getpid());
+	put32le(pl + HELLO_LANE, 1);
+	put32le(pl + HELLO_ROLE, 0); /* primary */
 	put32le(pl + HELLO_SLOTS, slots);
 	put32le(pl + HELLO_SLOT_SIZE, slot_size);
 	put32le(pl + HELLO_MAX_MSG, 1u << 20);
@@ -540,7 +545,7 @@ static void inject_raw_bytes(struct rawqp *q, const char *what, unsigned off, co
 
 static void rc_header_garbage(struct rawqp *a)
 {
-	static const uint8_t magic[2] = { 0x34, 0x12 }, ver = 2, type = 9, zero = 0,
+	static const uint8_t magic[2] = { 0x34, 0x12 }, ver = 2, type = 10, zero = 0,
 			     flags[2] = { 0x80, 0 }, rsvd[2] = { 1, 0 };
 	uint8_t buf[RAW_SLOT];
 	struct vbi_wire_hdr h;
@@ -549,7 +554,7 @@ static void rc_header_garbage(struct rawqp *a)
 	printf("RC, before HELLO:\n");
 	inject_raw_bytes(a, "bad magic", 0, magic, 2);
 	inject_raw_bytes(a, "bad version", 2, &ver, 1);
-	inject_raw_bytes(a, "unknown type 9", 3, &type, 1);
+	inject_raw_bytes(a, "unknown type 10", 3, &type, 1);
 	inject_raw_bytes(a, "unknown type 0", 3, &zero, 1);
 	inject_raw_bytes(a, "unknown flag bit 7", 4, flags, 2);
 	inject_raw_bytes(a, "reserved field set", 6, rsvd, 2);
