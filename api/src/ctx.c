@@ -126,6 +126,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 				a->batch_us = (unsigned)v;
 		}
 	}
+	vbi_mcast_attr_init(a);
 	to = (size_t)a->cm_timeout_ms;
 	env_size("VERBUS_CM_TIMEOUT_MS", &to);
 	if (to <= 600000)
@@ -376,6 +377,10 @@ static int ud_post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 {
+	if (s->kind == VBI_WR_MC_RECV) {
+		vbi_mcast_repost(ctx, s);
+		return;
+	}
 	if (atomic_load(&ctx->stop))
 		return;
 	if (ud_post_slot(ctx, s))
@@ -489,6 +494,9 @@ int vbi_progress_once(struct vb_ctx *ctx)
 				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
 			break;
 		}
+		case VBI_WR_MC_RECV:
+			vbi_mcast_recv(ctx, (void *)(uintptr_t)wc[i].wr_id, &wc[i]);
+			break;
 		case VBI_WR_UD_SEND: {
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
 
@@ -636,19 +644,20 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	rc = vbi_sizing_compute(&si, &ctx->sz);
 	if (rc)
 		goto err;
-	/* One CQ serves every RC QP (max_peers) and the UD QP. */
+	/* One CQ serves every RC QP (max_peers), the UD QP and the multicast
+	 * QP (receives only; counted as one more full QP). */
 	depths[0] = ctx->sz.sq_depth + ctx->sz.rq_depth;
 	depths[1] = depths[0];
 	{
-		uint32_t *d = calloc(attr->max_peers + 1, sizeof(*d));
+		uint32_t *d = calloc(attr->max_peers + 2, sizeof(*d));
 
 		if (!d) {
 			rc = vbi_err(-ENOMEM, "sizing");
 			goto err;
 		}
-		for (unsigned i = 0; i <= attr->max_peers; i++)
+		for (unsigned i = 0; i < attr->max_peers + 2; i++)
 			d[i] = depths[0];
-		rc = vbi_sizing_cq(d, attr->max_peers + 1, ctx->dev->caps.max_cqe, &cqs);
+		rc = vbi_sizing_cq(d, attr->max_peers + 2, ctx->dev->caps.max_cqe, &cqs);
 		free(d);
 	}
 	if (rc)
@@ -675,6 +684,9 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		goto err;
 	ctx->ud_mtu = 128u << ctx->dev->caps.active_mtu;
 	rc = ud_open(ctx);
+	if (rc)
+		goto err;
+	rc = vbi_mcast_ctx_init(ctx);
 	if (rc)
 		goto err;
 	if (attr->progress == VB_PROGRESS_THREAD) {
@@ -730,6 +742,7 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 		}
 		ctx->ops->qp_destroy(ctx->ud_qp);
 	}
+	vbi_mcast_ctx_fini(ctx); /* after the UD QP: no send names a group AH */
 	vbi_sring_fini(ctx, &ctx->ud_sr);
 	if (ctx->ud_slots) {
 		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
@@ -786,5 +799,6 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 		st->pool_in_use = ps.bytes_in_use;
 		st->pool_registrations = ps.registrations;
 	}
+	vbi_mcast_stats(ctx, st);
 	return 0;
 }
