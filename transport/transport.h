@@ -52,6 +52,10 @@
  *                            that acknowledgement: it would deadlock).
  *   listen/accept/connect    blocking (bounded by vbt_conn_param.cm_timeout_ms);
  *                            different listeners/connections are independent.
+ *   mcast_join/mcast_leave   blocking (join bounded by cm_timeout_ms); different
+ *                            memberships are independent, also on one QP.
+ *                            post_send to a membership's AH may run
+ *                            concurrently with anything but its mcast_leave.
  */
 #ifndef VERBUS_TRANSPORT_TRANSPORT_H
 #define VERBUS_TRANSPORT_TRANSPORT_H
@@ -420,6 +424,27 @@ struct vbt_conn {
 				  * the conn, freed by conn_close); else NULL */
 };
 
+/* A multicast group membership (mcast_join). The AH, remote QPN and Q_Key
+ * are what a UD send to the group uses (vbt_send_wr.ah / remote_qpn /
+ * remote_qkey). Receivers get the group's datagrams only on a UD QP whose
+ * own Q_Key equals @qkey: rdma_cm fixes the group Q_Key (RDMA_UDP_QKEY,
+ * 0x01234567, for its UDP port space on RoCE), so a QP that receives
+ * multicast is set up with this Q_Key, not a random one. */
+struct vbt_mcast {
+	const struct vbt_ops *ops;
+	struct vbt_dev *dev;
+	struct vbt_qp *qp;       /* the attached UD QP (receives), or NULL */
+	struct vbt_ah *ah;       /* towards the group; owned by the membership */
+	uint32_t remote_qpn;     /* 0xffffff: the multicast QPN */
+	uint32_t qkey;           /* the group's Q_Key (from the join) */
+	uint8_t mgid[16];        /* the group's GID (RoCE: IPv4-mapped address) */
+	uint16_t mlid;
+	struct sockaddr_storage group; /* the address joined */
+};
+
+/* The multicast QPN (IB spec: all ones). */
+#define VBT_MCAST_QPN 0xffffffu
+
 /* ---- the ops table ---------------------------------------------------- */
 
 struct vbt_ops {
@@ -532,6 +557,25 @@ struct vbt_ops {
 	/* Disconnect (non-blocking; the peer sees it), free the CM state and
 	 * the AH. The QP is untouched and stays the caller's. */
 	void (*conn_close)(struct vbt_conn *c);
+
+	/* Join the multicast @group (IPv4 or IPv6 address; rdma_cm maps it to
+	 * an MGID) through an rdma_cm id bound to @dev's own address (its
+	 * source GID as an IP address), waiting for the join up to
+	 * p->cm_timeout_ms. With @qp (UD, on @dev, any state) that QP is
+	 * attached to the group and receives its datagrams once it has RTR
+	 * and the group's Q_Key (see struct vbt_mcast); without it the
+	 * membership only sends. The AH is created on @pd (NULL: @qp's PD).
+	 * 0; -EOPNOTSUPP (the device or fabric has no multicast);
+	 * -EADDRNOTAVAIL (@dev has no IP address to bind); -ETIMEDOUT; -EINVAL
+	 * (not a multicast address, QP not UD); other negative errno. On
+	 * failure nothing is left joined or attached. */
+	int (*mcast_join)(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_qp *qp,
+			  const struct sockaddr *group, const struct vbt_conn_param *p,
+			  struct vbt_mcast **out);
+	/* Detach the QP, leave the group, destroy the AH (no send to it may be
+	 * outstanding: the device reads the AH when it sends) and free. Blocks
+	 * briefly. NULL is a no-op. */
+	void (*mcast_leave)(struct vbt_mcast *mc);
 };
 
 /* The libibverbs + librdmacm backend. */

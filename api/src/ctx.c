@@ -137,6 +137,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 				a->batch_us = (unsigned)v;
 		}
 	}
+	vbi_mcast_attr_init(a);
 	to = (size_t)a->cm_timeout_ms;
 	env_size("VERBUS_CM_TIMEOUT_MS", &to);
 	if (to <= 600000)
@@ -402,6 +403,10 @@ static int ud_post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 {
+	if (s->kind == VBI_WR_MC_RECV) {
+		vbi_mcast_repost(ctx, s);
+		return;
+	}
 	if (atomic_load(&ctx->stop))
 		return;
 	if (ud_post_slot(ctx, s))
@@ -540,6 +545,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
 			break;
 		}
+		case VBI_WR_MC_RECV:
+			vbi_mcast_recv(ctx, (void *)(uintptr_t)wc[i].wr_id, &wc[i]);
+			break;
 		case VBI_WR_UD_SEND: {
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
 
@@ -780,10 +788,10 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	if (rc)
 		goto err;
 	/* One CQ per device serves its QPs: per peer the active connection and
-	 * its standby (with one device both are on it), the UD QP, and one
-	 * connection being replaced. */
+	 * its standby (with one device both are on it), the UD QP, the
+	 * multicast QP (FANOUT receives), and one connection being replaced. */
 	per_qp = ctx->sz.sq_depth + ctx->sz.rq_depth;
-	nqp = 2 * attr->max_peers + 2;
+	nqp = 2 * attr->max_peers + 3;
 	{
 		uint32_t *d = calloc(nqp, sizeof(*d));
 
@@ -816,6 +824,9 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	ctx->cq = ctx->dr[0].cq;
 	ctx->ud_mtu = 128u << ctx->dev->caps.active_mtu;
 	rc = ud_open(ctx);
+	if (rc)
+		goto err;
+	rc = vbi_mcast_ctx_init(ctx);
 	if (rc)
 		goto err;
 	if (attr->progress == VB_PROGRESS_THREAD) {
@@ -872,6 +883,7 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 		}
 		ctx->ops->qp_destroy(ctx->ud_qp);
 	}
+	vbi_mcast_ctx_fini(ctx); /* after the UD QP: no send names a group AH */
 	vbi_sring_fini(ctx, &ctx->ud_sr);
 	if (ctx->ud_slots) {
 		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
@@ -946,5 +958,6 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 		st->pool_in_use = ps.bytes_in_use;
 		st->pool_registrations = ps.registrations;
 	}
+	vbi_mcast_stats(ctx, st);
 	return 0;
 }

@@ -131,8 +131,9 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 		return -ENOMEM;
 	for (struct vb_sub *s = only ? only : p->node->subs; s; s = only ? NULL : s->next) {
 		size_t nl = strlen(s->topic);
+		/* epoch: the multicast group s's context joined (0: none) */
 		struct vbi_wire_hdr h = { .type = VBI_WT_SUB, .topic = s->topic_id,
-					  .len = (uint32_t)(1 + nl) };
+					  .epoch = s->mcast_group, .len = (uint32_t)(1 + nl) };
 
 		if (off + vbi_wire_frame_size(h.len) > cap) {
 			pthread_mutex_lock(&p->txlock);
@@ -226,6 +227,7 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 		return;
 	r->topic = h->topic;
 	r->cls = pl[0];
+	r->mcast_group = r->cls == VB_FANOUT ? h->epoch : 0;
 	r->next = p->rsubs;
 	p->rsubs = r;
 	for (struct vb_pub *pub = p->node->pubs; pub; pub = pub->next) {

@@ -7,7 +7,8 @@
  * registered header plus a zero-copy slice of the message. A message leaves
  * the window when every live subscriber has acknowledged it.
  * FANOUT: datagrams (fragmented to the path MTU) posted on the context's UD
- * QP to each subscriber's address handle.
+ * QP once to the topic's multicast group for the subscribers that joined it
+ * (mcast.c), and to the address handle of each subscriber that did not.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -145,6 +146,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 					? pub->win.next_seq - 1 : pub->fanout_seq;
 				pp->frag_sent = 0;
 				pp->dead = false;
+				pp->mcast = vbi_mcast_peer_joined(pub, peer);
 			}
 			pthread_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&peer->txlock);
@@ -163,6 +165,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	pp->joined = pp->sent = pp->acked =
 		pub->cls == VB_ORDERED ? pub->win.next_seq - 1 : pub->fanout_seq;
 	pp->dead = peer->dead;
+	pp->mcast = vbi_mcast_peer_joined(pub, peer);
 	pp->next_in_pub = pub->peers;
 	pub->peers = pp;
 	pub->npeers++;
@@ -172,8 +175,8 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 		peer->pubs = pp;
 	}
 	pthread_mutex_unlock(&peer->txlock);
-	vbi_info("'%s' (%s) now reaches '%s'", pub->topic, pub->cls ? "FANOUT" : "ORDERED",
-		 peer->name);
+	vbi_info("'%s' (%s) now reaches '%s'%s", pub->topic, pub->cls ? "FANOUT" : "ORDERED",
+		 peer->name, pp->mcast ? " through its multicast group" : "");
 }
 
 static void detach_pp(struct vbi_pubpeer *pp)
@@ -458,39 +461,46 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 
 /* ---- FANOUT ---------------------------------------------------------------------------------- */
 
-/* Live FANOUT targets of @pub. ud_lock and pub->lock held. */
+/* Live FANOUT unicast targets of @pub (subscribers not reached through its
+ * group). ud_lock and pub->lock held. */
 static unsigned fanout_targets(struct vb_pub *pub, struct vbi_peer **t, unsigned max)
 {
 	unsigned n = 0;
 
 	for (struct vbi_pubpeer *pp = pub->peers; pp && n < max; pp = pp->next_in_pub)
-		if (!pp->dead && !pp->peer->dead && pp->peer->ah)
+		if (!pp->dead && !pp->peer->dead && pp->peer->ah && !pp->mcast)
 			t[n++] = pp->peer;
 	return n;
 }
 
 /*
  * Post @ndg datagrams laid out at an MTU stride in @m (lengths in @len) to
- * each of @nt targets. ud_lock held; the caller checked ring space. Takes
- * one reference per post and drops the caller's. A failed post is loss the
- * subscribers will see as a gap.
+ * each of @nt targets and, with @grp, once to the group. ud_lock held; the
+ * caller checked ring space. Takes one reference per post and drops the
+ * caller's. A failed post is loss the subscribers will see as a gap.
  */
 static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, uint32_t ndg,
-			const uint32_t *len, struct vbi_peer **targets, unsigned nt)
+			const uint32_t *len, struct vbi_peer **targets, unsigned nt,
+			const struct vbt_mcast *grp)
 {
-	atomic_fetch_add(&m->refs, (int)(nt * ndg));
-	for (unsigned t = 0; t < nt; t++) {
-		struct vbi_peer *p = targets[t];
+	unsigned nd = nt + (grp != NULL);
+
+	atomic_fetch_add(&m->refs, (int)(nd * ndg));
+	for (unsigned t = 0; t < nd; t++) {
+		struct vbt_ah *ah = t < nt ? targets[t]->ah : grp->ah;
+		uint32_t qpn = t < nt ? targets[t]->ud.qpn : grp->remote_qpn;
+		uint32_t qkey = t < nt ? targets[t]->ud.qkey : grp->qkey;
+		uint32_t posted = 0;
 
 		for (uint32_t i = 0; i < ndg; i++) {
 			struct vbi_sctx *s = vbi_sring_take(&ctx->ud_sr);
 			struct vbt_sge sge = { (uintptr_t)m->buf.addr + (size_t)i * ctx->ud_mtu, len[i],
 					       m->buf.lkey };
 			struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge,
-						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = p->ah,
-						  .remote_qpn = p->ud.qpn, .remote_qkey = p->ud.qkey };
+						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = ah,
+						  .remote_qpn = qpn, .remote_qkey = qkey };
 			const struct vbt_send_wr *bad;
-			bool last = t + 1 == nt && i + 1 == ndg;
+			bool last = t + 1 == nd && i + 1 == ndg;
 
 			if (last || ++ctx->ud_sr.since_signal >= ctx->ud_sr.n / 4) {
 				wr.flags |= VBT_SEND_SIGNALED;
@@ -509,7 +519,10 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 				continue;
 			}
 			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+			posted++;
 		}
+		if (t >= nt && posted)
+			vbi_mcast_sent(ctx, posted);
 	}
 	vbi_msg_put(ctx, m);
 }
@@ -520,12 +533,14 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 {
 	struct vbi_peer *targets[64];
 	struct vbi_msg *m = pub->batch;
+	const struct vbt_mcast *grp;
 	unsigned nt;
 
 	if (!m)
 		return 0;
 	nt = fanout_targets(pub, targets, 64);
-	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt)
+	grp = vbi_mcast_pub_group(pub);
+	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
 		return -EAGAIN;
 	pub->batch = NULL;
 	pub->last_post_ns = vbi_now_ns();
@@ -533,7 +548,7 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
 					  memory_order_relaxed);
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, pub->batch_frames, memory_order_relaxed);
-	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt);
+	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt, grp);
 	return 0;
 }
 
@@ -581,13 +596,16 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
 	struct vbi_peer *targets[64];
 	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
-	unsigned nt;
+	const struct vbt_mcast *grp;
+	unsigned nt, nd;
 	uint64_t seq;
 	int rc = 0;
 
 	pthread_mutex_lock(&ctx->ud_lock);
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, 64);
+	grp = vbi_mcast_pub_group(pub);
+	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
 	if (nfrag == 1) {
 		size_t fs = vbi_wire_frame_size(m->len);
 		uint64_t now = vbi_now_ns();
@@ -597,7 +615,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
 			goto full;
 		if (!pub->batch) {
-			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt)
+			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd)
 				goto full;
 			pub->batch = m; /* this message's buffer becomes the batch */
 			pub->batch_off = 0;
@@ -633,7 +651,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		goto done;
 	}
 	/* fragmented: the pending batch goes first, then every datagram */
-	if (fanout_flush_batch(ctx, pub) || ctx->ud_sr.n - ctx->ud_sr.outstanding < nt * nfrag)
+	if (fanout_flush_batch(ctx, pub) || ctx->ud_sr.n - ctx->ud_sr.outstanding < nd * nfrag)
 		goto full;
 	seq = ++pub->fanout_seq;
 	pub->last_pub_ms = vbi_now_ms();
@@ -657,7 +675,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		lens[i] = VBI_WIRE_HDR_LEN + flen;
 	}
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
-	fanout_post(ctx, pub, m, nfrag, lens, targets, nt);
+	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
 	pub->last_post_ns = vbi_now_ns();
 done:
 	pthread_mutex_unlock(&pub->lock);
@@ -671,7 +689,7 @@ full:
 	pthread_mutex_unlock(&ctx->ud_lock);
 	atomic_fetch_add(&ctx->st.backpressure, 1);
 	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, %u needed)",
-		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nt * nfrag);
+		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nd * nfrag);
 }
 
 /*
@@ -687,6 +705,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
 			uint8_t hb[VBI_WIRE_HDR_LEN];
+			const struct vbt_mcast *grp;
 			struct vbi_wire_hdr h = { .type = VBI_WT_HEARTBEAT, .session = pub->session,
 						  .topic = pub->topic_id };
 
@@ -706,26 +725,40 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 			}
 			h.seq = pub->hb_seq;
 			vbi_wire_put(hb, &h);
-			for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+			grp = vbi_mcast_pub_group(pub);
+			/* each unicast subscriber, then (pp == NULL) the group once */
+			for (struct vbi_pubpeer *pp = pub->peers;; pp = pp->next_in_pub) {
 				struct vbt_sge sge = { (uintptr_t)hb, sizeof(hb), 0 };
 				struct vbt_send_wr wr = {
 					.sg_list = &sge, .num_sge = 1, .opcode = VBT_WR_SEND,
 					.flags = VBT_SEND_INLINE | VBT_SEND_SIGNALED,
-					.ah = pp->peer->ah, .remote_qpn = pp->peer->ud.qpn,
-					.remote_qkey = pp->peer->ud.qkey,
 				};
 				const struct vbt_send_wr *bad;
 				struct vbi_sctx *sc;
 
-				if (pp->dead || pp->peer->dead || !pp->peer->ah ||
-				    ctx->ud_sr.outstanding >= ctx->ud_sr.n ||
-				    sizeof(hb) > ctx->ud_qp->cap.max_inline_data)
-					continue;
-				sc = vbi_sring_take(&ctx->ud_sr);
-				wr.wr_id = (uintptr_t)sc;
-				ctx->ud_sr.since_signal = 0;
-				if (vbt_post_send(ctx->ud_qp, &wr, &bad))
-					vbi_sring_untake(&ctx->ud_sr);
+				if (!pp && !grp)
+					break;
+				if (pp) {
+					if (pp->dead || pp->peer->dead || !pp->peer->ah || pp->mcast)
+						continue;
+					wr.ah = pp->peer->ah;
+					wr.remote_qpn = pp->peer->ud.qpn;
+					wr.remote_qkey = pp->peer->ud.qkey;
+				} else {
+					wr.ah = grp->ah;
+					wr.remote_qpn = grp->remote_qpn;
+					wr.remote_qkey = grp->qkey;
+				}
+				if (ctx->ud_sr.outstanding < ctx->ud_sr.n &&
+				    sizeof(hb) <= ctx->ud_qp->cap.max_inline_data) {
+					sc = vbi_sring_take(&ctx->ud_sr);
+					wr.wr_id = (uintptr_t)sc;
+					ctx->ud_sr.since_signal = 0;
+					if (vbt_post_send(ctx->ud_qp, &wr, &bad))
+						vbi_sring_untake(&ctx->ud_sr);
+				}
+				if (!pp)
+					break;
 			}
 			pub->hb_sent++;
 			pthread_mutex_unlock(&pub->lock);
@@ -1013,10 +1046,13 @@ int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_p
 		free(pub);
 		return rc;
 	}
+	if (cls == VB_FANOUT)
+		vbi_mcast_pub_open(pub); /* on failure: unicast to every subscriber */
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub *o = node->pubs; o; o = o->next)
 		if (o->topic_id == pub->topic_id) {
 			pthread_rwlock_unlock(&node->lock);
+			vbi_mcast_pub_close(pub);
 			vbi_txwin_fini(&pub->win);
 			free(pub);
 			return vbi_err(-EEXIST, "node '%s' already publishes '%s'%s", node->name,
@@ -1075,6 +1111,7 @@ int vb_pub_destroy(vb_pub_t *pub)
 	}
 	if (pub->batch)
 		vbi_msg_put(node->ctx, pub->batch);
+	vbi_mcast_pub_close(pub);
 	pthread_cond_destroy(&pub->acked_cv);
 	pthread_mutex_destroy(&pub->lock);
 	free(pub);

@@ -263,9 +263,14 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	sub->topic_id = vbi_topic_id(topic);
 	sub->cls = cls;
 	sub->attr = *attr;
+	/* FANOUT: join the topic's group first, so the SUB says so. */
+	if (cls == VB_FANOUT)
+		sub->mcast_group = vbi_mcast_sub_join(node->ctx, sub->topic_id);
 	pthread_rwlock_wrlock(&node->lock);
 	if (vbi_sub_find(node, sub->topic_id)) {
 		pthread_rwlock_unlock(&node->lock);
+		if (cls == VB_FANOUT)
+			vbi_mcast_sub_leave(node->ctx, sub->topic_id);
 		free(sub);
 		return vbi_err(-EEXIST, "node '%s' already subscribes to '%s' (or a topic with the "
 			       "same id)", node->name, topic);
@@ -342,6 +347,8 @@ int vb_sub_destroy(vb_sub_t *sub)
 		if (p->up && !p->dead)
 			send_unsub(p, sub->topic_id);
 	pthread_rwlock_unlock(&node->lock);
+	if (sub->cls == VB_FANOUT)
+		vbi_mcast_sub_leave(node->ctx, sub->topic_id);
 	free(sub);
 	return 0;
 }

@@ -63,6 +63,7 @@ enum vbi_wr_kind {
 	VBI_WR_RC_SEND,
 	VBI_WR_UD_RECV,
 	VBI_WR_UD_SEND,
+	VBI_WR_MC_RECV,          /* the multicast QP's receive slots (mcast.c) */
 };
 
 /* A receive slot: one registered buffer, posted again after use. */
@@ -137,6 +138,7 @@ struct vbi_pubpeer {
 	uint64_t joined;         /* seq before its first message */
 	uint32_t frag_sent;      /* ORDERED: bytes of message sent+1 already framed */
 	bool dead;
+	bool mcast;              /* FANOUT: reached through the publisher's group */
 };
 
 /* A remote subscription (what a peer asked us for). */
@@ -144,6 +146,7 @@ struct vbi_rsub {
 	struct vbi_rsub *next;
 	uint32_t topic;
 	uint8_t cls;
+	uint32_t mcast_group;    /* FANOUT: group it joined (SUB's epoch), 0 = none */
 };
 
 /* Per-(publisher session) receive state inside a subscriber. */
@@ -289,6 +292,8 @@ struct vb_pub {
 	struct vbi_pubpeer *peers; /* subscriber peers */
 	unsigned npeers;
 	uint64_t quorum_seq;       /* k-of-n acknowledged */
+	struct vbt_mcast *mcast;   /* FANOUT: the topic's group, NULL = unicast only */
+	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
 };
 
 struct vb_sub {
@@ -301,6 +306,7 @@ struct vb_sub {
 	struct vbi_rxs *streams;   /* progress context only */
 	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers;
 	unsigned nstreams;         /* progress context only */
+	uint32_t mcast_group;      /* FANOUT: group this context joined for it, 0 = none */
 };
 
 struct vb_node {
@@ -373,6 +379,8 @@ struct vb_ctx {
 	 * post; the progress thread reads it (acquire) before dispatching.
 	 * The device orders this for real; this makes it visible to TSan. */
 	atomic_uint init_gen;
+
+	struct vbi_mcast_ctx *mc;  /* FANOUT multicast (mcast.c); NULL when off */
 
 	pthread_mutex_t lock;      /* node list, peer count */
 	struct vb_node *nodes;
@@ -460,6 +468,21 @@ uint64_t vbi_now_ms(void);
 uint64_t vbi_now_ns(void);
 
 int vbi_check_topic(const char *topic);
+
+/* mcast.c (FANOUT over multicast groups; see the header comment there) */
+void vbi_mcast_attr_init(vb_ctx_attr_t *a);
+int vbi_mcast_ctx_init(struct vb_ctx *ctx);
+void vbi_mcast_ctx_fini(struct vb_ctx *ctx);
+void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
+void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
+void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);
+uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);
+void vbi_mcast_sub_leave(struct vb_ctx *ctx, uint32_t topic_id);
+void vbi_mcast_pub_open(struct vb_pub *pub);
+void vbi_mcast_pub_close(struct vb_pub *pub);
+bool vbi_mcast_peer_joined(struct vb_pub *pub, struct vbi_peer *peer);
+const struct vbt_mcast *vbi_mcast_pub_group(struct vb_pub *pub);
+void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams);
 
 /* sub.c */
 struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);

@@ -558,3 +558,14 @@ void vbv_conn_close(struct vbt_conn *cc)
 	rdma_destroy_event_channel(c->ch);
 	free(c);
 }
+
+struct rdma_event_channel *vbv_cm_channel(void)
+{
+	return cm_channel();
+}
+
+int vbv_cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		  enum rdma_cm_event_type alt, int timeout_ms, struct rdma_cm_event **out)
+{
+	return cm_expect(ch, want, alt, timeout_ms, out);
+}

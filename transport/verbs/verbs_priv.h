@@ -8,6 +8,7 @@
 #define VERBUS_TRANSPORT_VERBS_PRIV_H
 
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,5 +82,22 @@ void vbv_conn_close(struct vbt_conn *c);
 
 /* verbs_cm.c: the device and port rdma_cm binds @ip to (for dev_open). */
 int vbv_resolve_local_ip(const char *ip, char *devname, size_t len, uint8_t *port);
+
+/* verbs_cm.c, shared with verbs_mcast.c: a non-blocking CM event channel
+ * (NULL with the error set); wait up to @timeout_ms for event @want (or
+ * @alt when not 0) on @ch: 0 with *@out to be acked by the caller, or a
+ * negative errno (any other event is acked and mapped to an errno). */
+struct rdma_event_channel *vbv_cm_channel(void);
+int vbv_cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		  enum rdma_cm_event_type alt, int timeout_ms, struct rdma_cm_event **out);
+
+/* verbs_transport.c: address vector conversion. */
+void vbv_ah_from_ibv(const struct ibv_ah_attr *a, struct vbt_ah_attr *o);
+
+/* verbs_mcast.c: multicast membership ops. */
+int vbv_mcast_join(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_qp *qp,
+		   const struct sockaddr *group, const struct vbt_conn_param *p,
+		   struct vbt_mcast **out);
+void vbv_mcast_leave(struct vbt_mcast *mc);
 
 #endif

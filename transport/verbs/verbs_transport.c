@@ -748,7 +748,7 @@ static void ah_to_ibv(const struct vbt_ah_attr *a, struct ibv_ah_attr *o)
 	o->port_num = a->port_num;
 }
 
-static void ah_from_ibv(const struct ibv_ah_attr *a, struct vbt_ah_attr *o)
+void vbv_ah_from_ibv(const struct ibv_ah_attr *a, struct vbt_ah_attr *o)
 {
 	memset(o, 0, sizeof(*o));
 	memcpy(o->dgid, a->grh.dgid.raw, 16);
@@ -803,7 +803,7 @@ static void attr_from_ibv(const struct ibv_qp_attr *a, struct vbt_qp_attr *o)
 	o->pkey_index = a->pkey_index;
 	o->port_num = a->port_num;
 	o->qkey = a->qkey;
-	ah_from_ibv(&a->ah_attr, &o->ah);
+	vbv_ah_from_ibv(&a->ah_attr, &o->ah);
 	o->path_mtu = (uint8_t)a->path_mtu;
 	o->timeout = a->timeout;
 	o->retry_cnt = a->retry_cnt;
@@ -1069,4 +1069,6 @@ const struct vbt_ops vbt_verbs_ops = {
 	.accept = vbv_accept,
 	.connect = vbv_connect,
 	.conn_close = vbv_conn_close,
+	.mcast_join = vbv_mcast_join,
+	.mcast_leave = vbv_mcast_leave,
 };

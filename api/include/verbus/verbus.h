@@ -29,7 +29,10 @@
  *                  optional k-of-n delivery acknowledgements.
  *      VB_FANOUT   UD: one publish reaches every subscriber; at most once;
  *                  every gap is detected and reported; late joiners start
- *                  at the next message.
+ *                  at the next message. Over an IB multicast group per
+ *                  topic when the device joins one (one datagram per
+ *                  fragment, whatever the number of subscribers), else
+ *                  one datagram per subscriber (vb_ctx_attr_t.mcast).
  *
  * Synchronization table:
  *   vb_publish / vb_pub_claim / vb_pub_commit / vb_pub_abort
@@ -164,6 +167,17 @@ typedef struct vb_ctx_attr {
 				 * [VERBUS_STANDBY_DEVICE] */
 	const char *standby_ip; /* ... chosen by a local address on it; nodes that
 				 * listen also listen there [VERBUS_STANDBY_IP] */
+	int mcast;              /* FANOUT over IB multicast: a publisher posts one
+				 * datagram per fragment to the topic's group
+				 * instead of one per subscriber, wherever the
+				 * device joins groups (rdma_join_multicast);
+				 * else, and for subscribers that did not join,
+				 * per-subscriber unicast. 1 [VERBUS_MCAST=0|1] */
+	const char *mcast_prefix; /* IPv4 block the groups come from, "A.B.C.D/N"
+				 * (N 4..28): a topic's group is the block's
+				 * network part with the topic id's low 32-N bits
+				 * as host part. Every process of a topic must use
+				 * the same. "239.192.0.0/14" [VERBUS_MCAST_PREFIX] */
 } vb_ctx_attr_t;
 
 /**
@@ -224,6 +238,12 @@ typedef struct vb_stats {
 	uint64_t recover_last_ns, recover_max_ns; /* failure -> traffic again */
 	uint64_t err_by_action[16]; /* completions + async events per recovery
 				     * action (vb_err_action_name) */
+	/* FANOUT multicast (appended: older fields keep their offsets) */
+	uint64_t mcast_datagrams;    /* data datagrams posted to a group (each one
+				      * reaches every joined subscriber) */
+	uint64_t mcast_joins;        /* groups joined (subscriber and publisher side) */
+	uint64_t mcast_join_failures; /* failed joins: those topics use unicast */
+	unsigned mcast_groups;       /* memberships held now */
 } vb_stats_t;
 
 /** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
