@@ -300,7 +300,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	int rc;
 
 	if (atomic_exchange(&l->hello_claim, true))
-		return; /* sent already (accepted lanes: by whichever thread came first) */
+		return; /* sent already */
 	vbi_wire_put(buf, &h);
 	memset(pl, 0, HELLO_LEN);
 	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
@@ -603,6 +603,9 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->txlock);
+	if (atomic_load(&l->dead) || p->dead)
+		vbi_warn("peer '%s': LANE on lane %u ignored: %s", p->name, l->id,
+			 p->dead ? "peer given up" : "that lane is being retired here");
 	if (!atomic_load(&l->dead) && vbi_path_lane(&p->path) != l && !p->dead) {
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
@@ -725,7 +728,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		pthread_mutex_lock(&p->txlock);
 		vbi_lane_bind(l, p);
 		pthread_mutex_unlock(&p->txlock);
-		/* ours goes first if the accept thread has not sent it yet */
+		/* our answer (the acceptor speaks after the connector) */
 		vbi_lane_send_hello(l);
 	} else if (uid != p->uid && atomic_load(&p->up)) {
 		hello_bad(l, "HELLO from another node on this peer's connection", true);
@@ -1181,4 +1184,46 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 	pthread_mutex_unlock(&p->txlock);
 	pthread_rwlock_unlock(&node->lock);
 	return rc;
+}
+
+/* ---- diagnostics ----------------------------------------------------------------------------- */
+
+int vb_node_dump(vb_node_t *node, FILE *f)
+{
+	if (!node || !f)
+		return vbi_err(-EINVAL, "vb_node_dump: NULL argument");
+	pthread_rwlock_rdlock(&node->lock);
+	fprintf(f, "node '%s' uid %016llx\n", node->name, (unsigned long long)node->uid);
+	for (struct vbi_lane *l = node->pending; l; l = l->next)
+		fprintf(f, "  pending lane QP %u on %s\n", l->qp->qpn, l->dr->dev->caps.name);
+	for (struct vbi_peer *p = node->peers; p; p = p->next) {
+		struct vbi_lane *a;
+
+		pthread_mutex_lock(&p->txlock);
+		a = vbi_path_lane(&p->path);
+		fprintf(f, "  peer '%s'%s%s%s epoch %u%s, active lane %u, rx lane %u\n", p->name,
+			p->connector ? " (we connected)" : "", atomic_load(&p->up) ? " up" : "",
+			atomic_load(&p->dead) ? " dead" : "", vbi_path_epoch(&p->path),
+			vbi_path_recovering(&p->path) ? " recovering" : "", a ? a->id : 0,
+			p->rx_lane_id);
+		for (struct vbi_lane *l = p->lanes; l; l = l->next)
+			fprintf(f, "    lane %u QP %u on %s %s%s%s%s credits %u sq %u/%u recvs %u "
+				"to_return %u\n", l->id, l->qp->qpn, l->dr->dev->caps.name,
+				l == a ? "active" : "", atomic_load(&l->dead) ? " dead" : "",
+				atomic_load(&l->retiring) ? " retiring" : "",
+				atomic_load(&l->hello_rcvd) ? "" : " no-hello", vbi_lane_credits(l),
+				(unsigned)l->sr.outstanding, l->sr.n, atomic_load(&l->posted_recvs),
+				l->to_return);
+		for (struct vbi_pubpeer *pp = p->pubs; pp; pp = pp->next_in_peer) {
+			pthread_mutex_lock(&pp->pub->lock);
+			fprintf(f, "    pub '%s': sent %llu high %llu acked %llu window next %llu%s\n",
+				pp->pub->topic, (unsigned long long)pp->sent,
+				(unsigned long long)pp->high, (unsigned long long)pp->acked,
+				(unsigned long long)pp->pub->win.next_seq, pp->dead ? " dead" : "");
+			pthread_mutex_unlock(&pp->pub->lock);
+		}
+		pthread_mutex_unlock(&p->txlock);
+	}
+	pthread_rwlock_unlock(&node->lock);
+	return 0;
 }

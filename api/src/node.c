@@ -550,14 +550,15 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 			continue;
 		}
 		/* The peer's HELLO may have been processed already (it can
-		 * arrive as soon as our QP is in RTR): then it is bound. */
+		 * arrive as soon as our QP is in RTR): then it is bound. Our
+		 * HELLO answers it, from the progress thread, once the lane is
+		 * bound (one thread, one lock: the lane's lock changes then). */
 		pthread_rwlock_wrlock(&node->lock);
 		if (!l->peer) {
 			l->next = node->pending;
 			node->pending = l;
 		}
 		pthread_rwlock_unlock(&node->lock);
-		vbi_lane_send_hello(l);
 		l = NULL;
 	}
 	if (l)

@@ -270,9 +270,16 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	int rc;
 
 	pthread_mutex_lock(&pub->lock);
+	if (pp->sent < pp->acked) {
+		/* rewound by a failover, then acknowledged past that point by
+		 * ACKs still in flight: what it acknowledged is gone from the
+		 * window; resume after it */
+		pp->sent = pp->acked;
+		pp->frag_sent = 0;
+	}
 	e = vbi_txwin_get(&pub->win, pp->sent + 1);
 	if (!e) {
-		/* released without this peer's ack: only when it is dead */
+		/* nothing to send, or released without this peer's ack (dead) */
 		pthread_mutex_unlock(&pub->lock);
 		vbi_sring_untake(&l->sr);
 		return 0;

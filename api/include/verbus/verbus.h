@@ -56,6 +56,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -310,6 +311,13 @@ typedef enum vb_fault {
  * the device.
  */
 VB_EXPORT int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault);
+
+/**
+ * vb_node_dump() - describe @node's connections to @f (peers, their
+ * connections with credits and queue use, publishers' cursors): for
+ * diagnosing a stall. Any thread. Returns 0 or -EINVAL.
+ */
+VB_EXPORT int vb_node_dump(vb_node_t *node, FILE *f);
 
 /**
  * vb_node_destroy() - close every connection (outstanding work requests are
