@@ -261,13 +261,15 @@ static void test_backpressure(void **state)
 	}
 	if (vb_pub_wait_acked(pub, i, 60000))
 		fail_msg("warm-up not acknowledged: %s", vb_errmsg());
-	/* the subscriber's standby connection is part of the steady state */
+	/* the steady state: the subscriber's standby connection is warm and
+	 * the accept thread has prepared its next connection (3 built) */
 	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 30000; usleep(10000)) {
 		vb_ctx_stats(ctx, &s0);
-		if (s0.standbys_warmed >= 1)
+		if (s0.standbys_warmed >= 1 && s0.lanes_created >= 3)
 			break;
 	}
 	assert_true(s0.standbys_warmed >= 1);
+	usleep(200000); /* the prepared connection's buffers are registered */
 	vb_ctx_stats(ctx, &s0);
 	bound = s0.pool_registered +
 		(((size_t)WINDOW * vbi_mempool_class_size(vbi_mempool_class_of(40 + MAX_LEN)) +

@@ -1,0 +1,531 @@
+/* SPDX-License-Identifier: MIT */
+/* Failover runs: see failover.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/common/failover.h"
+#include "tests/common/msgcheck.h"
+#include "tests/common/proc.h"
+
+#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_ACQ_REL)
+
+/* Shared between the two processes (MAP_SHARED). */
+struct shm {
+	uint16_t port;
+	int sub_ready, go, pub_done, sub_done, abort, dump;
+	uint64_t published[VBT_FO_MAX_TOPICS];
+	uint64_t delivered[VBT_FO_MAX_TOPICS], lost[VBT_FO_MAX_TOPICS];
+	uint64_t ooo, dup, corrupt;
+	unsigned faults;
+	uint64_t fault_ns[VBT_FO_MAX_FAULTS];
+	uint64_t first_ns[VBT_FO_MAX_FAULTS];
+	uint64_t cold_ns;
+	vb_stats_t sub_stats;
+	char why[256];
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t vbt_fo_pct(uint64_t *v, unsigned n, double p)
+{
+	if (!n)
+		return 0;
+	for (unsigned i = 1; i < n; i++) /* insertion sort: n <= 64 */
+		for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			uint64_t t = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return v[(unsigned)((p / 100.0) * (n - 1) + 0.5)];
+}
+
+/* ---- faults ----------------------------------------------------------------------------- */
+
+int vbt_fo_fault_qp_err(vb_node_t *node, unsigned k, void *arg)
+{
+	(void)k;
+	(void)arg;
+	return vb_node_inject_fault(node, NULL, VB_FAULT_QP_ERR);
+}
+
+int vbt_fo_fault_loc_prot(vb_node_t *node, unsigned k, void *arg)
+{
+	(void)k;
+	(void)arg;
+	return vb_node_inject_fault(node, NULL, VB_FAULT_LOC_PROT);
+}
+
+int vbt_fo_fault_rem_access(vb_node_t *node, unsigned k, void *arg)
+{
+	(void)k;
+	(void)arg;
+	return vb_node_inject_fault(node, NULL, VB_FAULT_REM_ACCESS);
+}
+
+int vbt_fo_fault_shell(vb_node_t *node, unsigned k, void *arg)
+{
+	(void)node;
+	(void)k;
+	return system((const char *)arg) == 0 ? 0 : -EIO;
+}
+
+/* ---- both sides ------------------------------------------------------------------------ */
+
+static const struct vbt_fo_cfg *cfg;
+static struct shm *sh;
+
+static void topic_name(unsigned t, char *buf, size_t n)
+{
+	snprintf(buf, n, "fo.%u", t);
+}
+
+static size_t msg_len(unsigned t, uint64_t i)
+{
+	return vbt_msg_len(t + 1, i, cfg->min_len, cfg->max_len);
+}
+
+static void on_event(const vb_event_t *ev, void *arg)
+{
+	if (cfg->quiet)
+		return;
+	if (ev->type == VB_EV_FAILOVER || ev->type == VB_EV_RECOVERED ||
+	    ev->type == VB_EV_PATH_DOWN || ev->type == VB_EV_PEER_DOWN)
+		fprintf(stderr, "  [%s] event %d peer '%s': %s\n", (const char *)arg, (int)ev->type,
+			ev->peer, ev->detail);
+}
+
+static void ctx_attr(vb_ctx_attr_t *a, const char *who)
+{
+	vb_ctx_attr_init(a);
+	a->ip = cfg->ip;
+	a->standby_ip = cfg->standby_ip;
+	a->on_event = on_event;
+	a->event_arg = (void *)who;
+}
+
+/* Before fault @k: a warm standby on this side (bounded wait). */
+static void wait_standby(vb_ctx_t *ctx, unsigned k)
+{
+	uint64_t t0 = vbt_now_ms();
+	vb_stats_t s;
+
+	if (!cfg->wait_standby)
+		return;
+	do {
+		vb_ctx_stats(ctx, &s);
+		if (s.standbys_warmed >= k + 1)
+			return;
+		usleep(2000);
+	} while (vbt_now_ms() - t0 < 60000);
+	fprintf(stderr, "  (no warm standby before fault %u after 60 s: it goes ahead)\n", k);
+}
+
+/* Cause the faults whose thresholds @count has reached. */
+static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
+{
+	unsigned k = sh->faults;
+	int rc;
+
+	if (k >= cfg->nfaults || count < (cfg->msgs * (k + 1)) / (cfg->nfaults + 1))
+		return;
+	wait_standby(ctx, k);
+	ST(&sh->fault_ns[k], mono_ns());
+	rc = cfg->fault(node, k, cfg->arg);
+	if (rc)
+		fprintf(stderr, "  fault %u not caused: %d %s\n", k, rc, vb_errmsg());
+	ST(&sh->faults, k + 1);
+	if (!cfg->quiet)
+		fprintf(stderr, "  fault %u caused at %" PRIu64 " messages\n", k, count);
+}
+
+/* ---- subscriber process ------------------------------------------------------------------- */
+
+struct rxstate {
+	unsigned t;
+	uint64_t next;
+	uint32_t epoch;
+};
+
+static struct rxstate rxs[VBT_FO_MAX_TOPICS];
+
+static void note_epoch(uint32_t epoch)
+{
+	uint64_t now = mono_ns();
+	unsigned nf = LD(&sh->faults);
+
+	/* the first message over a new connection after each pending fault */
+	for (unsigned k = 0; k < nf; k++)
+		if (!LD(&sh->first_ns[k]) && LD(&sh->fault_ns[k]) && now > LD(&sh->fault_ns[k]))
+			ST(&sh->first_ns[k], now - LD(&sh->fault_ns[k]));
+	(void)epoch;
+}
+
+static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct rxstate *r = arg;
+	const char *why = "length";
+
+	(void)sub;
+	if (cfg->cls == VB_ORDERED) {
+		if (m->seq != r->next) {
+			if (m->seq < r->next)
+				ADD(&sh->dup, 1);
+			else
+				ADD(&sh->ooo, 1);
+			if (LD(&sh->ooo) + LD(&sh->dup) < 5)
+				fprintf(stderr, "  sub: topic %u seq %" PRIu64 ", expected %" PRIu64 "\n",
+					r->t, m->seq, r->next);
+		}
+		if (r->next && m->epoch > r->epoch)
+			note_epoch(m->epoch);
+		if (m->epoch > r->epoch)
+			r->epoch = m->epoch;
+	} else if (LD(&sh->faults) && !LD(&sh->first_ns[LD(&sh->faults) - 1])) {
+		note_epoch(0);
+	}
+	if (m->len != msg_len(r->t, m->seq - 1) ||
+	    vbt_msg_verify(m->data, m->len, r->t + 1, m->seq - 1, &why)) {
+		if (ADD(&sh->corrupt, 1) < 3)
+			fprintf(stderr, "  sub: topic %u seq %" PRIu64 " corrupt: %s\n", r->t, m->seq,
+				why);
+	}
+	r->next = m->seq + 1;
+	ADD(&sh->delivered[r->t], 1);
+}
+
+static void on_gap(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t next, void *arg)
+{
+	struct rxstate *r = arg;
+
+	(void)sub;
+	(void)publisher;
+	(void)next;
+	ADD(&sh->lost[r->t], lost);
+}
+
+static int sub_done_yet(void)
+{
+	if (!LD(&sh->pub_done))
+		return 0;
+	for (unsigned t = 0; t < cfg->topics; t++)
+		if (LD(&sh->delivered[t]) + LD(&sh->lost[t]) < LD(&sh->published[t]))
+			return 0;
+	return 1;
+}
+
+static int sub_main(void *arg)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_sub_attr_t sa;
+	vb_ctx_t *ctx;
+	vb_node_t *node, *cold;
+	vb_sub_t *subs[VBT_FO_MAX_TOPICS];
+	uint64_t t0;
+	int rc = 1;
+
+	(void)arg;
+	ctx_attr(&ca, "sub");
+	if (vb_ctx_create(&ca, &ctx)) {
+		snprintf(sh->why, sizeof(sh->why), "sub ctx: %s", vb_errmsg());
+		ST(&sh->abort, 1);
+		return 2;
+	}
+	vb_node_attr_init(&na);
+	na.name = "fo-sub";
+	if (vb_node_create(ctx, &na, &node))
+		goto out_ctx;
+	for (unsigned t = 0; t < cfg->topics; t++) {
+		char name[32];
+
+		topic_name(t, name, sizeof(name));
+		rxs[t].t = t;
+		rxs[t].next = 1;
+		vb_sub_attr_init(&sa);
+		sa.on_msg = on_msg;
+		sa.on_gap = on_gap;
+		sa.arg = &rxs[t];
+		if (vb_sub_create(node, name, cfg->cls, &sa, &subs[t]))
+			goto out_node;
+	}
+	for (t0 = vbt_now_ms(); !LD(&sh->port) && !LD(&sh->abort); usleep(1000))
+		if (vbt_now_ms() - t0 > 60000)
+			goto out_subs;
+	if (vb_node_connect(node, cfg->ip, LD(&sh->port))) {
+		snprintf(sh->why, sizeof(sh->why), "sub connect: %s", vb_errmsg());
+		goto out_subs;
+	}
+	ST(&sh->sub_ready, 1);
+	t0 = vbt_now_ms();
+	while (!sub_done_yet() && !LD(&sh->abort)) {
+		static uint64_t last_print;
+
+		if (cfg->side == VBT_FO_SUB && LD(&sh->go))
+			maybe_fault(ctx, node, LD(&sh->delivered[0]));
+		usleep(500);
+		if (vbt_now_ms() - last_print >= 10000) { /* progress on long runs */
+			static uint64_t last_delivered = UINT64_MAX;
+
+			last_print = vbt_now_ms();
+			if (LD(&sh->delivered[0]) == last_delivered) { /* stalled: say why */
+				vb_node_dump(node, stderr);
+				ST(&sh->dump, 1);
+			}
+			last_delivered = LD(&sh->delivered[0]);
+			fprintf(stderr, "  %s: published %" PRIu64 ", delivered %" PRIu64 ", faults %u\n",
+				cfg->name, LD(&sh->published[0]), LD(&sh->delivered[0]), LD(&sh->faults));
+		}
+		if (vbt_now_ms() - t0 > 200000) { /* under ctest's 300 s, so restore runs */
+			snprintf(sh->why, sizeof(sh->why), "sub: not everything arrived in 200 s");
+			goto out_subs;
+		}
+	}
+	/* For comparison: fresh RC connections (CM + handshake), same run;
+	 * the median of 5. */
+	{
+		uint64_t v[5];
+		unsigned n = 0;
+
+		for (unsigned k = 0; k < 5; k++) {
+			vb_node_attr_init(&na);
+			na.name = "fo-cold";
+			if (vb_node_create(ctx, &na, &cold))
+				break;
+			uint64_t c0 = mono_ns();
+
+			if (vb_node_connect(cold, cfg->ip, LD(&sh->port)) == 0)
+				v[n++] = mono_ns() - c0;
+			vb_node_destroy(cold);
+		}
+		ST(&sh->cold_ns, vbt_fo_pct(v, n, 50));
+	}
+	rc = 0;
+out_subs:
+	vb_ctx_stats(ctx, &sh->sub_stats);
+	ST(&sh->sub_done, 1);
+	/* the publisher reads our results, then lets us go */
+	for (t0 = vbt_now_ms(); !LD(&sh->abort) && LD(&sh->sub_done) != 2 &&
+	     vbt_now_ms() - t0 < 60000;)
+		usleep(1000);
+	for (unsigned t = 0; t < cfg->topics; t++)
+		if (subs[t])
+			vb_sub_destroy(subs[t]);
+out_node:
+	vb_node_destroy(node);
+out_ctx:
+	vb_ctx_destroy(ctx);
+	return rc;
+}
+
+/* ---- publisher process ----------------------------------------------------------------------- */
+
+struct pubthr {
+	pthread_t th;
+	unsigned t;
+	vb_pub_t *pub;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	int rc;
+};
+
+static void *pub_thread(void *arg)
+{
+	struct pubthr *p = arg;
+	uint8_t *buf = malloc(cfg->max_len ? cfg->max_len : 1);
+	uint64_t t0 = vbt_now_ms();
+
+	if (!buf) {
+		p->rc = -ENOMEM;
+		return NULL;
+	}
+	for (uint64_t i = 0; i < cfg->msgs;) {
+		size_t len = msg_len(p->t, i);
+		int rc;
+
+		if (p->t == 0 && cfg->side == VBT_FO_PUB)
+			maybe_fault(p->ctx, p->node, i);
+		vbt_msg_fill(buf, len, p->t + 1, i);
+		rc = vb_publish(p->pub, buf, len, NULL);
+		if (rc == 0) {
+			i++;
+			ST(&sh->published[p->t], i);
+			continue;
+		}
+		if (p->t == 0 && LD(&sh->dump) == 1) {
+			ST(&sh->dump, 2);
+			vb_node_dump(p->node, stderr);
+		}
+		if (rc != -EAGAIN) {
+			snprintf(sh->why, sizeof(sh->why), "publish topic %u #%" PRIu64 ": %s", p->t,
+				 i, vb_errmsg());
+			p->rc = rc;
+			break;
+		}
+		if (LD(&sh->abort) || LD(&sh->sub_done) || vbt_now_ms() - t0 > 200000) {
+			snprintf(sh->why, sizeof(sh->why), "publish topic %u stuck at #%" PRIu64,
+				 p->t, i);
+			p->rc = -ETIMEDOUT;
+			break;
+		}
+		usleep(100);
+	}
+	free(buf);
+	return NULL;
+}
+
+int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
+{
+	struct pubthr thr[VBT_FO_MAX_TOPICS] = { 0 };
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_pub_attr_t pa;
+	vb_ctx_t *ctx = NULL;
+	vb_node_t *node = NULL;
+	pid_t child;
+	uint64_t t0;
+	int rc = 0, st;
+
+	memset(res, 0, sizeof(*res));
+	if (!c->topics || c->topics > VBT_FO_MAX_TOPICS || c->nfaults > VBT_FO_MAX_FAULTS ||
+	    !c->msgs || !c->fault)
+		return -EINVAL;
+	cfg = c;
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		return -errno;
+	memset(sh, 0, sizeof(*sh));
+	child = vbt_spawn(sub_main, NULL); /* before any verbs object exists here */
+	if (child <= 0) {
+		munmap(sh, sizeof(*sh));
+		return -ECHILD;
+	}
+	ctx_attr(&ca, "pub");
+	if ((rc = vb_ctx_create(&ca, &ctx))) {
+		snprintf(res->why, sizeof(res->why), "pub ctx: %s", vb_errmsg());
+		goto out;
+	}
+	vb_node_attr_init(&na);
+	na.name = "fo-pub";
+	na.listen_ip = c->ip;
+	if ((rc = vb_node_create(ctx, &na, &node))) {
+		snprintf(res->why, sizeof(res->why), "pub node: %s", vb_errmsg());
+		goto out;
+	}
+	for (unsigned t = 0; t < c->topics; t++) {
+		char name[32];
+
+		topic_name(t, name, sizeof(name));
+		vb_pub_attr_init(&pa);
+		pa.ack_quorum = c->cls == VB_ORDERED ? 1 : 0;
+		thr[t].t = t;
+		thr[t].ctx = ctx;
+		thr[t].node = node;
+		if ((rc = vb_pub_create(node, name, c->cls, &pa, &thr[t].pub))) {
+			snprintf(res->why, sizeof(res->why), "pub create: %s", vb_errmsg());
+			goto out;
+		}
+	}
+	ST(&sh->port, vb_node_port(node));
+	for (t0 = vbt_now_ms();;) {
+		unsigned ready = 0;
+
+		for (unsigned t = 0; t < c->topics; t++)
+			ready += vb_pub_subscribers(thr[t].pub) == 1;
+		if (ready == c->topics && LD(&sh->sub_ready))
+			break;
+		if (vbt_now_ms() - t0 > 60000 || LD(&sh->sub_done)) {
+			rc = -ETIMEDOUT;
+			snprintf(res->why, sizeof(res->why), "subscriber not there after 60 s: %.200s",
+				 sh->why);
+			goto out;
+		}
+		usleep(2000);
+	}
+	if (c->wait_standby)
+		wait_standby(ctx, 0);
+	ST(&sh->go, 1);
+	for (unsigned t = 0; t < c->topics; t++)
+		pthread_create(&thr[t].th, NULL, pub_thread, &thr[t]);
+	for (unsigned t = 0; t < c->topics; t++) {
+		pthread_join(thr[t].th, NULL);
+		thr[t].th = 0;
+		if (thr[t].rc)
+			rc = thr[t].rc;
+	}
+	if (rc)
+		goto out;
+	if (c->cls == VB_ORDERED)
+		for (unsigned t = 0; t < c->topics; t++)
+			if (vb_pub_wait_acked(thr[t].pub, c->msgs, 30000)) {
+				snprintf(res->why, sizeof(res->why), "topic %u: %s", t, vb_errmsg());
+				rc = -ETIMEDOUT;
+				goto out;
+			}
+	ST(&sh->pub_done, 1);
+	for (t0 = vbt_now_ms(); !LD(&sh->sub_done); usleep(2000))
+		if (vbt_now_ms() - t0 > 30000) {
+			rc = -ETIMEDOUT;
+			snprintf(res->why, sizeof(res->why), "subscriber did not finish in 30 s");
+			goto out;
+		}
+out:
+	if (rc)
+		ST(&sh->abort, 1);
+	for (unsigned t = 0; t < c->topics; t++) {
+		res->published += LD(&sh->published[t]);
+		res->delivered += LD(&sh->delivered[t]);
+		res->lost += LD(&sh->lost[t]);
+	}
+	res->out_of_order = LD(&sh->ooo);
+	res->duplicates = LD(&sh->dup);
+	res->corrupt = LD(&sh->corrupt);
+	res->faults = LD(&sh->faults);
+	for (unsigned k = 0; k < res->faults; k++)
+		if (LD(&sh->first_ns[k]))
+			res->first_ns[res->measured++] = LD(&sh->first_ns[k]);
+	res->cold_connect_ns = LD(&sh->cold_ns);
+	res->sub_stats = sh->sub_stats;
+	if (ctx)
+		vb_ctx_stats(ctx, &res->pub_stats);
+	/* undo the fault while both sides still run (a link comes back
+	 * under live connections), then tear down */
+	if (c->restore)
+		c->restore(c->arg);
+	ST(&sh->sub_done, 2);
+	st = vbt_wait(child, 120);
+	for (unsigned t = 0; t < c->topics; t++)
+		if (thr[t].pub)
+			vb_pub_destroy(thr[t].pub);
+	if (node)
+		vb_node_destroy(node);
+	if (ctx)
+		vb_ctx_destroy(ctx);
+	if (!res->why[0] && sh->why[0])
+		snprintf(res->why, sizeof(res->why), "%s", sh->why);
+	res->ok = !rc && st == 0 && !res->out_of_order && !res->duplicates && !res->corrupt &&
+		  res->faults == c->nfaults && res->published == (uint64_t)c->topics * c->msgs &&
+		  (c->cls == VB_ORDERED ? res->delivered == res->published && !res->lost
+					: res->delivered + res->lost == res->published);
+	if (!res->ok && !res->why[0])
+		snprintf(res->why, sizeof(res->why), "audit failed (rc %d, subscriber exit %d)", rc,
+			 st);
+	munmap(sh, sizeof(*sh));
+	return 0;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Failover runs for the fault tests (tests/fault) and `vb_bench failover`:
+ * a publisher process and a subscriber process on the Soft-RoCE devices,
+ * ORDERED (or FANOUT) messages streaming while faults are caused for real,
+ * and a receiver-side audit of every stream's sequence log.
+ *
+ * The publisher listens on the primary address (rxe0) and, with
+ * cfg.standby_ip, on the standby device's (rxe1); the subscriber connects,
+ * so it builds the connections (primary, then a pre-warmed standby on the
+ * other device). Faults are caused from the tests' own threads (never a
+ * library thread): by @fault, on the publisher's or the subscriber's side,
+ * @nfaults times, spread over the stream; each waits until a standby is
+ * warm again before the next one.
+ *
+ * Audit (ORDERED): per topic, every seq 1..n delivered exactly once, in
+ * order, byte-exact (vbt_msg_verify). FANOUT: delivered + reported lost ==
+ * published. For each fault, the time from the fault to the first message
+ * delivered over the new connection (a higher epoch than before the fault).
+ *
+ * Only public API (verbus.h) + tests/common/proc and msgcheck: the bench
+ * links it too. Returns 0 when the run completed (the audit's verdict is in
+ * the result), negative errno when it could not run.
+ */
+#ifndef VERBUS_TESTS_COMMON_FAILOVER_H
+#define VERBUS_TESTS_COMMON_FAILOVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <verbus/verbus.h>
+
+#define VBT_FO_MAX_FAULTS 64
+#define VBT_FO_MAX_TOPICS 4
+
+enum vbt_fo_side { VBT_FO_PUB = 0, VBT_FO_SUB = 1 };
+
+struct vbt_fo_cfg {
+	const char *name;          /* for the printed report */
+	uint64_t msgs;             /* per topic */
+	unsigned topics;           /* publisher threads, one topic each (1..4) */
+	vb_class_t cls;
+	size_t min_len, max_len;   /* payload sizes */
+	unsigned nfaults;
+	enum vbt_fo_side side;     /* whose node @fault acts on */
+	/* Cause fault @k (0-based) on @node: return 0 once caused. */
+	int (*fault)(vb_node_t *node, unsigned k, void *arg);
+	/* After the run (also on failure): undo what @fault changed. */
+	void (*restore)(void *arg);
+	void *arg;
+	const char *ip;            /* primary address (rxe0) */
+	const char *standby_ip;    /* second device's address, NULL: one device */
+	bool wait_standby;         /* wait for a warm standby before each fault */
+	bool quiet;
+};
+
+struct vbt_fo_result {
+	uint64_t published, delivered, lost, out_of_order, duplicates, corrupt;
+	unsigned faults;           /* caused */
+	unsigned measured;         /* faults with a first-delivery time */
+	uint64_t first_ns[VBT_FO_MAX_FAULTS]; /* fault -> first delivery after it */
+	uint64_t cold_connect_ns;  /* one vb_node_connect handshake, same run */
+	vb_stats_t pub_stats, sub_stats;
+	bool ok;                   /* audit passed */
+	char why[256];
+};
+
+int vbt_failover_run(const struct vbt_fo_cfg *cfg, struct vbt_fo_result *res);
+
+/* Faults for @fault. */
+int vbt_fo_fault_qp_err(vb_node_t *node, unsigned k, void *arg);
+int vbt_fo_fault_loc_prot(vb_node_t *node, unsigned k, void *arg);
+int vbt_fo_fault_rem_access(vb_node_t *node, unsigned k, void *arg);
+/* Runs the shell command in @arg (a const char *), e.g. "ip link set d0 down". */
+int vbt_fo_fault_shell(vb_node_t *node, unsigned k, void *arg);
+
+/* p-th percentile (0..100) of @n values (sorted in place). */
+uint64_t vbt_fo_pct(uint64_t *v, unsigned n, double p);
+
+#endif
