@@ -10,6 +10,7 @@
 /* Registered-memory pool: alloc+free cost vs malloc/mallocx, per-message
  * ibv_reg_mr cost, registrations over 1M mixed-size messages. */
 int vb_bench_mempool(int argc, char **argv);
+int vb_bench_failover(int argc, char **argv);
 
 /* QP lifecycle: create / RESET->INIT / INIT->RTR / RTR->RTS / destroy
  * p50/p99, cold vs pre-warmed pool vs recycled (bench_lifecycle.c). */

@@ -22,6 +22,8 @@ static int usage(FILE *f)
 		   "  bw     [--class ordered|fanout] [--size N,...] [--count N]   one-way throughput\n"
 		   "  fanout [--class fanout|ordered] [--size N,...] [--count N] [--subs N]\n"
 		   "         (lat/bw/fanout: --ip ADDR of the device, default 10.77.0.1; --json FILE)\n"
+		   "  failover [--faults N] [--ip A] [--standby-ip B | --one-device] [--json FILE]\n"
+		   "         fault -> first delivery over the standby vs a fresh RC connection\n"
 		   "environment: VERBUS_DEVICE (default device)\n");
 	return f == stderr ? 2 : 0;
 }
@@ -63,6 +65,8 @@ int main(int argc, char **argv)
 		return vb_bench_fanout(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "mempool"))
 		return vb_bench_mempool(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "failover"))
+		return vb_bench_failover(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
 		return usage(stdout);
 	fprintf(stderr, "vb_bench: unknown subcommand '%s'\n", argv[1]);
