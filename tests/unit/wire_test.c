@@ -71,7 +71,7 @@ static void test_each_rule(void **state)
 	assert_int_equal(parse_mut(ok, 48, 0, 0x00), -VBI_WE_MAGIC);
 	assert_int_equal(parse_mut(ok, 48, 2, 2), -VBI_WE_VERSION);
 	assert_int_equal(parse_mut(ok, 48, 3, 0), -VBI_WE_TYPE);
-	assert_int_equal(parse_mut(ok, 48, 3, 9), -VBI_WE_TYPE);
+	assert_int_equal(parse_mut(ok, 48, 3, VBI_WT__MAX + 1), -VBI_WE_TYPE);
 	assert_int_equal(parse_mut(ok, 48, 5, 0x80), -VBI_WE_FLAGS); /* unknown flag */
 	assert_int_equal(parse_mut(ok, 48, 6, 1), -VBI_WE_FLAGS);    /* reserved */
 
