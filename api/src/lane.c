@@ -336,14 +336,15 @@ void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *w
 	if (atomic_load(&l->draining) || atomic_load(&l->dead) ||
 	    !vbi_err_action_disrupts(v.action))
 		return;
-	cur = atomic_load(&l->fail_act);
-	while ((int)v.action > cur) {
-		if (atomic_compare_exchange_weak(&l->fail_act, &cur, (int)v.action)) {
-			if (!cur)
-				l->fail_why = why; /* static string; read after fail_act */
-			break;
-		}
+	{
+		const char *none = NULL;
+
+		atomic_compare_exchange_strong(&l->fail_why, &none, why); /* the first reason */
 	}
+	cur = atomic_load(&l->fail_act);
+	while ((int)v.action > cur && !atomic_compare_exchange_weak(&l->fail_act, &cur,
+								    (int)v.action))
+		;
 	atomic_store(&ctx->fail_pending, true);
 }
 
@@ -494,7 +495,8 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 	uint64_t now = vbi_mono_ns();
 
 	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s", p->name, l->id,
-		 l->qp->qpn, l->dr->dev->caps.name, l->fail_why ? l->fail_why : "?",
+		 l->qp->qpn, l->dr->dev->caps.name,
+		 atomic_load(&l->fail_why) ? atomic_load(&l->fail_why) : "?",
 		 vbi_err_action_name(act));
 	if (l != active) {
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);

@@ -201,7 +201,7 @@ struct vbi_lane {
 	atomic_bool hello_claim; /* our HELLO is being / was sent (once) */
 	atomic_int fail_act;     /* worst disruptive enum vbi_err_action reported
 				  * by completions/events, not yet handled (0 none) */
-	const char *fail_why;    /* reason of the first one */
+	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
 	struct vbi_sring sr;
 	uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
