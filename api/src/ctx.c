@@ -260,6 +260,22 @@ void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
 	}
 }
 
+bool vbi_ctx_take_peer(struct vb_ctx *ctx)
+{
+	unsigned n = atomic_load(&ctx->npeers);
+
+	do {
+		if (n >= ctx->attr.max_peers)
+			return false;
+	} while (!atomic_compare_exchange_weak(&ctx->npeers, &n, n + 1));
+	return true;
+}
+
+void vbi_ctx_put_peer(struct vb_ctx *ctx)
+{
+	atomic_fetch_sub(&ctx->npeers, 1);
+}
+
 /* Reap completions: the progress thread does it, or this thread in APP mode. */
 void vbi_progress_or_nap(struct vb_ctx *ctx)
 {
@@ -944,9 +960,7 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 		for (unsigned i = 0; i < VBI_ACT__COUNT; i++)
 			st->err_by_action[i] = es.by_action[i];
 	}
-	pthread_mutex_lock(&ctx->lock);
-	st->peers = ctx->npeers;
-	pthread_mutex_unlock(&ctx->lock);
+	st->peers = atomic_load(&ctx->npeers);
 	st->sq_depth = ctx->sz.sq_depth;
 	st->rq_depth = ctx->sz.rq_depth;
 	st->cq_depth = ctx->sz.cq_depth;

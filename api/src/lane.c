@@ -697,17 +697,13 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 				hello_bad(l, "no memory for a new peer", true);
 				return;
 			}
-			pthread_mutex_lock(&ctx->lock);
-			if (ctx->npeers >= ctx->attr.max_peers) {
-				pthread_mutex_unlock(&ctx->lock);
+			if (!vbi_ctx_take_peer(ctx)) {
 				vbi_warn("refusing a connection: max_peers (%u) reached",
 					 ctx->attr.max_peers);
 				vbi_peer_free(p);
 				hello_bad(l, "max_peers reached", true);
 				return;
 			}
-			ctx->npeers++;
-			pthread_mutex_unlock(&ctx->lock);
 			p->uid = uid;
 			p->next = node->peers;
 			node->peers = p;

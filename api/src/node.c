@@ -691,14 +691,10 @@ int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 	p->connector = true;
 	if ((rc = make_addr(ip, port, &p->addr)))
 		goto err_peer;
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->npeers >= ctx->attr.max_peers) {
-		pthread_mutex_unlock(&ctx->lock);
+	if (!vbi_ctx_take_peer(ctx)) {
 		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
 		goto err_peer;
 	}
-	ctx->npeers++;
-	pthread_mutex_unlock(&ctx->lock);
 	if ((rc = vbi_lane_new(node, &ctx->dr[0], &l)))
 		goto err_count;
 	pthread_mutex_lock(&p->txlock);
@@ -748,9 +744,7 @@ err_linked:
 	}
 	return rc;
 err_count:
-	pthread_mutex_lock(&ctx->lock);
-	ctx->npeers--;
-	pthread_mutex_unlock(&ctx->lock);
+	vbi_ctx_put_peer(ctx);
 err_peer:
 	vbi_peer_free(p);
 	return vbi_err_prefix(rc, "connect to %s:%u", ip, port);
@@ -815,9 +809,7 @@ int vb_node_destroy(vb_node_t *node)
 			vbi_lane_destroy_now(l); /* unlinks it */
 		}
 		vbi_peer_free(p);
-		pthread_mutex_lock(&ctx->lock);
-		ctx->npeers--;
-		pthread_mutex_unlock(&ctx->lock);
+		vbi_ctx_put_peer(ctx);
 	}
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node **pp = &ctx->nodes; *pp; pp = &(*pp)->next)

@@ -382,9 +382,10 @@ struct vb_ctx {
 
 	struct vbi_mcast_ctx *mc;  /* FANOUT multicast (mcast.c); NULL when off */
 
-	pthread_mutex_t lock;      /* node list, peer count */
+	pthread_mutex_t lock;      /* node list */
 	struct vb_node *nodes;
-	unsigned npeers;
+	atomic_uint npeers;        /* vbi_ctx_take_peer / _put_peer (no lock: it is
+				    * taken under node->lock, which ctx->lock precedes) */
 
 	struct {
 		atomic_uint_fast64_t published, delivered, duplicates, gaps, lost, malformed;
@@ -409,6 +410,8 @@ void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 void vbi_progress_or_nap(struct vb_ctx *ctx);
+bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
+void vbi_ctx_put_peer(struct vb_ctx *ctx);
 uint64_t vbi_mono_ns(void);
 
 /* lane.c: lanes, failover, the maintenance thread */
