@@ -9,6 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rc=0
 # Connection set-up under emulation (and sanitizers) can take seconds.
 export VERBUS_CM_TIMEOUT_MS=${VERBUS_CM_TIMEOUT_MS:-30000}
+export TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 for d in "$@"; do
   # Sanitized builds run 3-10x slower: a fifth of the volumes (unless the
   # caller chose a scale), still enough to exercise every path.
