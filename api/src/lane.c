@@ -842,8 +842,9 @@ void vbi_lane_retire(struct vbi_lane *l)
 	if (atomic_exchange(&l->retiring, true))
 		return;
 	pthread_mutex_lock(&node->maint_lock);
-	/* l->next still links it into its peer's list: the retire list uses
-	 * a separate pass (vbi_maint_*), so queue by peer membership */
+	/* it stays on its peer's (or the pending) list, marked retiring: the
+	 * maintenance thread finds it there (maint_retire); the count only
+	 * keeps that thread from sleeping while some are waiting */
 	node->retiring++;
 	pthread_cond_broadcast(&node->maint_cv);
 	pthread_mutex_unlock(&node->maint_lock);
