@@ -126,6 +126,31 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
 		sub->attr.on_gap(sub, r->session, lost, next, sub->attr.arg);
 }
 
+/*
+ * ORDERED stream @r owes its peer a (cumulative) ACK: put it on the peer's
+ * dirty list. @urgent: send it after this poll rather than when the usual
+ * thresholds say. Duplicates call this too (urgent, not @delivered): a
+ * duplicate is a retransmission after a failover of what we have, and our
+ * ACK for it may have been lost with the old connection; without a new ACK
+ * a publisher whose window holds only such messages would wait forever.
+ */
+static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered)
+{
+	struct vbi_peer *p = r->peer;
+
+	pthread_mutex_lock(&p->txlock);
+	if (urgent)
+		r->ack_urgent = true;
+	if (!r->in_dirty) {
+		r->in_dirty = true;
+		r->next_dirty = p->dirty;
+		p->dirty = r;
+	}
+	if (delivered)
+		p->delivered_since_ack++;
+	pthread_mutex_unlock(&p->txlock);
+}
+
 static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
 		    const void *data, size_t len)
 {
@@ -138,6 +163,8 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	case VBI_RX_DUPLICATE:
 		atomic_fetch_add(&sub->duplicates, 1);
 		atomic_fetch_add_explicit(&ctx->st.duplicates, 1, memory_order_relaxed);
+		if (r->peer) /* ORDERED: see ack_owed() */
+			ack_owed(r, true, false);
 		return;
 	case VBI_RX_AHEAD:
 		/* RC delivers in order: a hole means a protocol fault upstream. */
@@ -161,21 +188,8 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	atomic_fetch_add(&sub->delivered, 1);
 	atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
 	sub->attr.on_msg(sub, &msg, sub->attr.arg);
-	if (r->peer) {
-		/* ORDERED: acknowledge (urgently when the publisher asked). */
-		struct vbi_peer *p = r->peer;
-
-		pthread_mutex_lock(&p->txlock);
-		if (h->flags & VBI_WF_ACK_REQ)
-			r->ack_urgent = true;
-		if (!r->in_dirty) {
-			r->in_dirty = true;
-			r->next_dirty = p->dirty;
-			p->dirty = r;
-		}
-		p->delivered_since_ack++;
-		pthread_mutex_unlock(&p->txlock);
-	}
+	if (r->peer) /* ORDERED: acknowledge (urgently when the publisher asked) */
+		ack_owed(r, h->flags & VBI_WF_ACK_REQ, true);
 }
 
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,

@@ -284,13 +284,19 @@ static int sub_main(void *arg)
 			static uint64_t last_delivered = UINT64_MAX;
 
 			last_print = vbt_now_ms();
-			if (LD(&sh->delivered[0]) == last_delivered) { /* stalled: say why */
+			uint64_t pubd = 0, deld = 0;
+
+			for (unsigned t = 0; t < cfg->topics; t++) {
+				pubd += LD(&sh->published[t]);
+				deld += LD(&sh->delivered[t]);
+			}
+			if (deld == last_delivered) { /* stalled: say why, both sides */
 				vb_node_dump(node, stderr);
 				ST(&sh->dump, 1);
 			}
-			last_delivered = LD(&sh->delivered[0]);
+			last_delivered = deld;
 			fprintf(stderr, "  %s: published %" PRIu64 ", delivered %" PRIu64 ", faults %u\n",
-				cfg->name, LD(&sh->published[0]), LD(&sh->delivered[0]), LD(&sh->faults));
+				cfg->name, pubd, deld, LD(&sh->faults));
 		}
 		if (vbt_now_ms() - t0 > 200000) { /* under ctest's 300 s, so restore runs */
 			snprintf(sh->why, sizeof(sh->why), "sub: not everything arrived in 200 s");
@@ -334,6 +340,16 @@ out_ctx:
 	return rc;
 }
 
+/* The subscriber saw no progress and asked for the publisher's state:
+ * true for the one caller that takes the request. */
+static bool dump_once(void)
+{
+	int want = 1;
+
+	return __atomic_compare_exchange_n(&sh->dump, &want, 2, false, __ATOMIC_ACQ_REL,
+					   __ATOMIC_ACQUIRE);
+}
+
 /* ---- publisher process ----------------------------------------------------------------------- */
 
 struct pubthr {
@@ -368,10 +384,8 @@ static void *pub_thread(void *arg)
 			ST(&sh->published[p->t], i);
 			continue;
 		}
-		if (p->t == 0 && LD(&sh->dump) == 1) {
-			ST(&sh->dump, 2);
+		if (dump_once())
 			vb_node_dump(p->node, stderr);
-		}
 		if (rc != -EAGAIN) {
 			snprintf(sh->why, sizeof(sh->why), "publish topic %u #%" PRIu64 ": %s", p->t,
 				 i, vb_errmsg());
@@ -464,7 +478,13 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 	for (unsigned t = 0; t < c->topics; t++)
 		pthread_create(&thr[t].th, NULL, pub_thread, &thr[t]);
 	for (unsigned t = 0; t < c->topics; t++) {
-		pthread_join(thr[t].th, NULL);
+		/* the publishing threads dump the node when the subscriber
+		 * asks and they are blocked; when they are all done, we do */
+		while (pthread_tryjoin_np(thr[t].th, NULL) == EBUSY) {
+			if (LD(&sh->abort) == 0 && dump_once())
+				vb_node_dump(node, stderr);
+			usleep(2000);
+		}
 		thr[t].th = 0;
 		if (thr[t].rc)
 			rc = thr[t].rc;
@@ -475,6 +495,7 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 		for (unsigned t = 0; t < c->topics; t++)
 			if (vb_pub_wait_acked(thr[t].pub, c->msgs, 30000)) {
 				snprintf(res->why, sizeof(res->why), "topic %u: %s", t, vb_errmsg());
+				vb_node_dump(node, stderr);
 				rc = -ETIMEDOUT;
 				goto out;
 			}
