@@ -38,7 +38,8 @@
  *   cq_poll                  everything except cq_destroy of that CQ and
  *                            qp_destroy of a QP whose WRs it may return.
  *                            Several pollers of one CQ are safe but pointless.
- *   cq_arm, cq_wait          cq_poll; one waiter per CQ.
+ *   cq_arm, cq_wait,         cq_poll; one waiter per CQ.
+ *   cq_wait_any
  *   qp_modify                serialized per QP by the backend (a mutex);
  *                            safe against qp_query and posting.
  *   *_create / *_destroy     any other object's calls; never with calls on the
@@ -492,6 +493,13 @@ struct vbt_ops {
 	 * consumes and acknowledges it. 0, -ETIMEDOUT, -EOPNOTSUPP without a
 	 * channel, other negative errno. Re-arm before the next wait. */
 	int (*cq_wait)(struct vbt_cq *cq, int timeout_ms);
+	/* cq_wait over @n (1..8) armed CQs, possibly of different devices:
+	 * block up to @timeout_ms for the first notification of any; consumes
+	 * and acknowledges every notification already pending on them.
+	 * Returns the index of a CQ that was notified, -ETIMEDOUT, -EINVAL
+	 * (bad @n), -EOPNOTSUPP (a CQ without a channel), other negative
+	 * errno. Same rules as cq_wait: one waiter per CQ, re-arm after. */
+	int (*cq_wait_any)(struct vbt_cq *const *cqs, unsigned n, int timeout_ms);
 
 	/* Create a QP in RESET. cap is what is asked for; qp->cap what was
 	 * granted. -EINVAL (caps over device limits: the message names them),

@@ -594,8 +594,6 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		r = poll_cq(ctx, ctx->dr[d].cq);
 		if (r < 0)
 			return r;
-		if (r)
-			ctx->wait_dev = d;
 		n += r;
 	}
 	vbi_peer_handle_failures(ctx);
@@ -661,18 +659,25 @@ static void *progress_main(void *arg)
 			nanosleep(&ts, NULL);
 			continue;
 		}
-		/* Block: arm, poll once more (a completion may have slipped in
-		 * before the arm), then sleep until one arrives (bounded, so
-		 * stop and timed work are noticed). With two devices, block on
-		 * the busier one's CQ, briefly. */
-		struct vbt_cq *cq = ctx->dr[ctx->wait_dev < ctx->ndev ? ctx->wait_dev : 0].cq;
+		/* Block: arm every live device's CQ, poll once more (a
+		 * completion may have slipped in before the arm), then sleep
+		 * until one of them completes something (bounded, so stop and
+		 * timed work are noticed). */
+		struct vbt_cq *cqs[2];
+		unsigned ncq = 0;
 
-		if (!atomic_load(&ctx->dr[ctx->wait_dev].fatal) && cq->ops->cq_arm(cq, 0) == 0) {
+		for (unsigned d = 0; d < ctx->ndev; d++) {
+			struct vbt_cq *cq = ctx->dr[d].cq;
+
+			if (!atomic_load(&ctx->dr[d].fatal) && cq->ops->cq_arm(cq, 0) == 0)
+				cqs[ncq++] = cq;
+		}
+		if (ncq) {
 			pthread_mutex_lock(&ctx->progress_lock);
 			n = vbi_progress_once(ctx);
 			pthread_mutex_unlock(&ctx->progress_lock);
 			if (n == 0)
-				cq->ops->cq_wait(cq, ctx->ndev > 1 ? 5 : 20);
+				cqs[0]->ops->cq_wait_any(cqs, ncq, 20);
 		} else {
 			struct timespec ts = { 0, 200000 };
 

@@ -467,14 +467,25 @@ static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool t
 	uint64_t n = vbi_pub_rewind_peer(p);
 
 	atomic_fetch_add(&ctx->st.retransmits, n);
+	/* what we received from it, acknowledged again at once (our ACKs in
+	 * flight on the old lane are lost): its retransmission skips it */
+	vbi_sub_peer_ack_all(p->node, p);
 	if (tell) {
-		uint8_t buf[VBI_WIRE_HDR_LEN];
+		/* LANE, then those ACKs in the same SEND: the peer switches,
+		 * rewinds, and learns where we are before it frames anything */
+		uint8_t buf[VBI_WIRE_HDR_LEN * 33];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
+		struct vbi_rxs *upto;
+		uint32_t len;
 
 		vbi_wire_put(buf, &h);
-		if (vbi_lane_send_ctrl(s, buf, sizeof(buf)))
+		len = VBI_WIRE_HDR_LEN + vbi_peer_build_acks(p, s, buf + VBI_WIRE_HDR_LEN,
+							      sizeof(buf) - VBI_WIRE_HDR_LEN, &upto);
+		if (vbi_lane_send_ctrl(s, buf, len))
 			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
 				 vbi_errmsg());
+		else if (len > VBI_WIRE_HDR_LEN)
+			vbi_peer_acks_sent(p, s, upto);
 	}
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;

@@ -134,11 +134,10 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
  * ACK for it may have been lost with the old connection; without a new ACK
  * a publisher whose window holds only such messages would wait forever.
  */
-static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered)
+static void ack_owed_locked(struct vbi_rxs *r, bool urgent)
 {
 	struct vbi_peer *p = r->peer;
 
-	pthread_mutex_lock(&p->txlock);
 	if (urgent)
 		r->ack_urgent = true;
 	if (!r->in_dirty) {
@@ -146,9 +145,29 @@ static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered)
 		r->next_dirty = p->dirty;
 		p->dirty = r;
 	}
+}
+
+static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered)
+{
+	struct vbi_peer *p = r->peer;
+
+	pthread_mutex_lock(&p->txlock);
+	ack_owed_locked(r, urgent);
 	if (delivered)
 		p->delivered_since_ack++;
 	pthread_mutex_unlock(&p->txlock);
+}
+
+/* A lane switch with @peer: every ORDERED stream from it owes an ACK, now.
+ * The publisher rewinds to what it saw acknowledged, and ACKs that were in
+ * flight on the old lane are lost: our state lets it skip what we have
+ * instead of resending it. node->lock and peer->txlock held. */
+void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer)
+{
+	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
+		for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+			if (r->peer == peer && r->rx.started)
+				ack_owed_locked(r, true);
 }
 
 static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,

@@ -352,7 +352,6 @@ struct vb_ctx {
 	uint32_t ud_mtu;           /* datagram payload bytes (path MTU) */
 	struct vbi_errpol errpol;  /* every error completion / async event classified */
 	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
-	unsigned wait_dev;         /* the CQ the progress thread blocks on */
 
 	/* UD endpoint (FANOUT) */
 	struct vbt_qp *ud_qp;
@@ -492,5 +491,6 @@ struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
 		  const void *payload);
 void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer);
+void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer);
 
 #endif

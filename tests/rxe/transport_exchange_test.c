@@ -235,6 +235,44 @@ static void test_blocking_cq(void **state)
 	assert_int_equal(th_leaks(), 0);
 }
 
+/* cq_wait_any: the progress thread's wait over both devices' CQs. Both
+ * ends have channels; only the receiver's CQ (index 1) is armed, so only
+ * it can be the one notified. */
+static void test_wait_any(void **state)
+{
+	struct th_ep srv, cli, plain;
+	struct vbt_conn_param p;
+	struct vbt_cq *cqs[2];
+	struct vbt_wc wc[2];
+
+	vbt_conn_param_init(&p);
+	p.cm_timeout_ms = 20000;
+	assert_int_equal(th_ep_open(&srv, dev, VB_QPT_RC, 4, 0, 1), 0);
+	assert_int_equal(th_ep_open(&cli, dev, VB_QPT_RC, 4, 0, 1), 0);
+	assert_int_equal(th_ep_open(&plain, dev, VB_QPT_RC, 4, 0, 0), 0);
+	assert_int_equal(th_pair(dev, &srv, &cli, &p, 2, 0, 0), 0);
+	cqs[0] = cli.cq;
+	cqs[1] = srv.cq;
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 0, 10), -EINVAL);
+	cqs[0] = plain.cq;
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 10), -EOPNOTSUPP);
+	cqs[0] = cli.cq;
+	assert_int_equal(srv.cq->ops->cq_arm(srv.cq, 0), 0);
+	assert_int_equal(vbt_cq_poll(srv.cq, wc, 2), 0);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 50), -ETIMEDOUT);
+	fill(th_slot(&cli, 0), 64, 7);
+	assert_int_equal(th_post_send(&cli, 0, 64, VBT_WR_SEND, 0, 0), 0);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 20000), 1);
+	assert_int_equal(th_poll(&srv, wc, 1, 1000), 1);
+	assert_int_equal(wc[0].status, VBT_WC_SUCCESS);
+	assert_true(same(th_slot(&srv, 0), 64, 7));
+	assert_int_equal(th_poll(&cli, wc, 1, 20000), 1);
+	th_ep_close(&plain);
+	th_ep_close(&cli);
+	th_ep_close(&srv);
+	assert_int_equal(th_leaks(), 0);
+}
+
 static int setup(void **state)
 {
 	struct vbt_dev_attr a = { .ip = th_ip(), .gid_index = -1 };
@@ -261,6 +299,7 @@ int main(void)
 		cmocka_unit_test(test_uc),
 		cmocka_unit_test(test_ud),
 		cmocka_unit_test(test_blocking_cq),
+		cmocka_unit_test(test_wait_any),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -665,6 +665,49 @@ static int v_cq_wait(struct vbt_cq *cq, int timeout_ms)
 	}
 }
 
+static int v_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
+{
+	struct pollfd pfd[8];
+	int hit = -1;
+
+	if (!n || n > 8)
+		return vbi_err(-EINVAL, "cq_wait_any: %u CQs (1..8)", n);
+	for (unsigned i = 0; i < n; i++) {
+		struct vbv_cq *c = to_vcq(cqs[i]);
+
+		if (!c->ch)
+			return vbi_err(-EOPNOTSUPP,
+				       "cq_wait_any: CQ created without a completion channel");
+		pfd[i].fd = c->ch->fd;
+		pfd[i].events = POLLIN;
+		pfd[i].revents = 0;
+	}
+	for (;;) {
+		/* every channel is non-blocking: take what is pending */
+		for (unsigned i = 0; i < n; i++) {
+			struct vbv_cq *c = to_vcq(cqs[i]);
+			struct ibv_cq *ev_cq;
+			void *ev_ctx;
+
+			while (!ibv_get_cq_event(c->ch, &ev_cq, &ev_ctx)) {
+				ibv_ack_cq_events(ev_cq, 1);
+				if (hit < 0)
+					hit = (int)i;
+			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return vbi_err(-errno, "ibv_get_cq_event: %s", strerror(errno));
+		}
+		if (hit >= 0)
+			return hit;
+		int r = poll(pfd, n, timeout_ms);
+
+		if (r == 0)
+			return vbi_err(-ETIMEDOUT, "no completion event within %d ms", timeout_ms);
+		if (r < 0 && errno != EINTR)
+			return vbi_err(-errno, "poll on completion channels: %s", strerror(errno));
+	}
+}
+
 /* ---- QP -------------------------------------------------------------- */
 
 static int v_qp_create(struct vbt_pd *pd, const struct vbt_qp_init_attr *attr, struct vbt_qp **out)
@@ -1056,6 +1099,7 @@ const struct vbt_ops vbt_verbs_ops = {
 	.cq_poll = v_cq_poll,
 	.cq_arm = v_cq_arm,
 	.cq_wait = v_cq_wait,
+	.cq_wait_any = v_cq_wait_any,
 	.qp_create = v_qp_create,
 	.qp_modify = v_qp_modify,
 	.qp_query = v_qp_query,
