@@ -944,6 +944,7 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 	st->batched_frames = atomic_load(&ctx->st.batched_frames);
 	st->inline_sends = atomic_load(&ctx->st.inline_sends);
 	st->backpressure = atomic_load(&ctx->st.backpressure);
+	st->unacked_on_close = atomic_load(&ctx->st.unacked_on_close);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

@@ -26,6 +26,7 @@ void vb_pub_attr_init(vb_pub_attr_t *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = sizeof(*a);
+	a->linger_ms = 2000;
 }
 
 static uint32_t random_session(void)
@@ -100,7 +101,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 	if (!h->session)
 		return;
 	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
-		uint64_t before, after;
+		uint64_t before, after, win_before;
 		struct vbi_pubpeer *pp;
 
 		if (pub->session != h->session || pub->topic_id != h->topic ||
@@ -120,9 +121,10 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		if (h->seq > pp->acked)
 			pp->acked = h->seq;
 		before = pub->quorum_seq;
+		win_before = pub->win.acked;
 		after = pub_release(pub);
-		if (after != before)
-			pthread_cond_broadcast(&pub->acked_cv);
+		if (after != before || pub->win.acked != win_before)
+			pthread_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
 		pthread_mutex_unlock(&pub->lock);
 		if (after != before && pub->attr.on_ack)
 			pub->attr.on_ack(pub, after, pub->attr.arg);
@@ -1090,13 +1092,60 @@ int vb_pub_subscribers(vb_pub_t *pub)
 	return n;
 }
 
+/* Messages some live subscriber has not acknowledged. pub->lock held. */
+static uint64_t unacked(struct vb_pub *pub)
+{
+	uint64_t last = pub->win.next_seq - 1, n = 0;
+
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+		uint64_t from = pp->acked > pp->joined ? pp->acked : pp->joined;
+
+		if (!pp->dead && !atomic_load(&pp->peer->dead) && last > from && last - from > n)
+			n = last - from;
+	}
+	return n;
+}
+
+/* vb_pub_destroy()'s linger: until every live subscriber acknowledged
+ * everything, or @ms passed. Returns what is left unacknowledged. */
+static uint64_t linger(struct vb_pub *pub, unsigned ms)
+{
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint64_t end = vbi_now_ns() + (uint64_t)ms * 1000000, left;
+
+	pthread_mutex_lock(&pub->lock);
+	while ((left = unacked(pub)) && vbi_now_ns() < end) {
+		if (ctx->thread_running) {
+			/* short slices: a subscriber given up wakes nobody */
+			struct timespec dl;
+
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += 10000000;
+			if (dl.tv_nsec >= 1000000000) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
+		} else {
+			pthread_mutex_unlock(&pub->lock);
+			vb_progress(ctx);
+			pthread_mutex_lock(&pub->lock);
+		}
+	}
+	pthread_mutex_unlock(&pub->lock);
+	return left;
+}
+
 int vb_pub_destroy(vb_pub_t *pub)
 {
 	struct vb_node *node;
+	uint64_t left = 0;
 
 	if (!pub)
 		return 0;
 	node = pub->node;
+	if (pub->cls == VB_ORDERED && (left = linger(pub, pub->attr.linger_ms)))
+		atomic_fetch_add(&node->ctx->st.unacked_on_close, left);
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
 		if (*pp == pub) {
@@ -1121,6 +1170,14 @@ int vb_pub_destroy(vb_pub_t *pub)
 	vbi_mcast_pub_close(pub);
 	pthread_cond_destroy(&pub->acked_cv);
 	pthread_mutex_destroy(&pub->lock);
+	if (left) {
+		int rc = vbi_err(-ETIMEDOUT, "'%s': %llu messages not acknowledged by every "
+				 "subscriber within %u ms; released", pub->topic,
+				 (unsigned long long)left, pub->attr.linger_ms);
+
+		free(pub);
+		return rc;
+	}
 	free(pub);
 	return 0;
 }

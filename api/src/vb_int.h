@@ -393,6 +393,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
 		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
+		atomic_uint_fast64_t unacked_on_close;
 	} st;
 };
 

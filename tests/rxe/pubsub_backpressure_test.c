@@ -15,9 +15,14 @@
  *    the context held after warm-up plus the window's worth of messages
  *    (window x the size class of the largest message), rounded up to the
  *    2 MiB registration chunk, plus one chunk;
+ *  - vb_pub_destroy()'s linger: a second publisher destroyed while the
+ *    subscriber is stopped waits linger_ms, then returns -ETIMEDOUT, says
+ *    how many messages were unacknowledged and counts them
+ *    (unacked_on_close);
  *  - after SIGCONT every message arrives exactly once, in order, intact
- *    (checked by the subscriber with msgcheck), and the last one is
- *    acknowledged.
+ *    (checked by the subscriber with msgcheck), and vb_pub_destroy() of the
+ *    main publisher, right after the last publish, returns 0 only once the
+ *    last one is acknowledged.
  * Volumes scale with VERBUS_TEST_SCALE.
  */
 #include <errno.h>
@@ -46,6 +51,8 @@
 #define MAX_LEN 2048u
 #define STOP_MS 2000
 #define TOPIC "bp.orders"
+#define LINGER_TOPIC "bp.linger"
+#define LINGER_N 10
 #define CHUNK ((size_t)2 << 20) /* mempool registration unit (default) */
 
 static uint64_t n_total, n_warm;
@@ -57,7 +64,7 @@ static size_t msg_len(uint64_t i)
 
 /* Shared with the subscriber process (mapped before fork). */
 struct shared {
-	uint64_t got, errors;
+	uint64_t got, errors, linger_got;
 };
 static struct shared *sh;
 static int port_pipe[2];
@@ -99,6 +106,11 @@ static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 	__atomic_fetch_add(&sh->got, 1, __ATOMIC_RELAXED);
 }
 
+static void on_linger_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	__atomic_fetch_add(&sh->linger_got, 1, __ATOMIC_RELAXED);
+}
+
 static int subscriber(void *unused)
 {
 	vb_ctx_attr_t ca;
@@ -106,7 +118,7 @@ static int subscriber(void *unused)
 	vb_sub_attr_t sa;
 	vb_ctx_t *ctx;
 	vb_node_t *node;
-	vb_sub_t *sub;
+	vb_sub_t *sub, *lsub;
 	vb_sub_stats_t st;
 	static struct rx r = { .next_seq = 1 };
 	uint16_t port;
@@ -127,6 +139,9 @@ static int subscriber(void *unused)
 	sa.arg = &r;
 	if (vb_node_create(ctx, &na, &node) || vb_sub_create(node, TOPIC, VB_ORDERED, &sa, &sub))
 		return 12;
+	sa.on_msg = on_linger_msg;
+	if (vb_sub_create(node, LINGER_TOPIC, VB_ORDERED, &sa, &lsub))
+		return 12;
 	if (vb_node_connect(node, vbt_test_ip(), port)) {
 		fprintf(stderr, "sub: connect: %s\n", vb_errmsg());
 		return 13;
@@ -142,6 +157,7 @@ static int subscriber(void *unused)
 	       st.duplicates);
 	ok = sh->got == n_total && !sh->errors && st.delivered == n_total;
 	usleep(300000); /* let the last acknowledgements leave */
+	vb_sub_destroy(lsub);
 	vb_sub_destroy(sub);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
@@ -216,7 +232,7 @@ static void test_backpressure(void **state)
 	vb_pub_attr_t pa;
 	vb_ctx_t *ctx;
 	vb_node_t *node;
-	vb_pub_t *pub;
+	vb_pub_t *pub, *pub2;
 	vb_stats_t s0, s;
 	struct bp warm = { 0 }, stopped = { 0 }, after = { 0 };
 	uint8_t *buf = malloc(MAX_LEN);
@@ -243,6 +259,7 @@ static void test_backpressure(void **state)
 	vb_pub_attr_init(&pa);
 	pa.ack_quorum = 1;
 	pa.on_ack = on_ack;
+	pa.linger_ms = 120000; /* its destroy waits for the last acknowledgement */
 	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), 0);
 	port = vb_node_port(node);
 	assert_int_equal(write(port_pipe[1], &port, sizeof(port)), sizeof(port));
@@ -301,6 +318,29 @@ static void test_backpressure(void **state)
 	       stopped.first_reason, stopped.max_reported, inflight_frozen,
 	       __atomic_load_n(&acked_seq, __ATOMIC_ACQUIRE), stopped.max_registered,
 	       s.pool_chunks, s.backpressure);
+	/* a second publisher, destroyed while the subscriber cannot
+	 * acknowledge: the linger runs out */
+	vb_pub_attr_init(&pa);
+	pa.linger_ms = 300;
+	assert_int_equal(vb_pub_create(node, LINGER_TOPIC, VB_ORDERED, &pa, &pub2), 0);
+	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub2) < 1 && vbt_now_ms() - t0 < 10000;)
+		usleep(1000);
+	assert_int_equal(vb_pub_subscribers(pub2), 1);
+	for (unsigned k = 0; k < LINGER_N; k++)
+		assert_int_equal(vb_publish(pub2, "linger", 6, NULL), 0);
+	{
+		uint64_t l0 = vbt_now_ms();
+		int drc = vb_pub_destroy(pub2);
+		char want[64];
+
+		snprintf(want, sizeof(want), "%u messages not acknowledged", LINGER_N);
+		printf("pub: destroy with the subscriber stopped: %d after %" PRIu64 " ms: %s\n",
+		       drc, vbt_now_ms() - l0, vb_errmsg());
+		assert_int_equal(drc, -ETIMEDOUT);
+		assert_non_null(strstr(vb_errmsg(), want));
+		vb_ctx_stats(ctx, &s);
+		assert_int_equal(s.unacked_on_close, LINGER_N);
+	}
 	assert_int_equal(kill(child, SIGCONT), 0);
 	assert_int_equal(rc, -EAGAIN);
 	assert_true(stopped.eagain > 0);
@@ -323,8 +363,10 @@ static void test_backpressure(void **state)
 			sample_pool(ctx, &after);
 		assert_true(vbt_now_ms() - t0 < 180000);
 	}
-	if (vb_pub_wait_acked(pub, i, 120000))
-		fail_msg("last message not acknowledged: %s", vb_errmsg());
+	/* no wait_acked: destroy's linger waits for the last ACK */
+	if ((rc = vb_pub_destroy(pub)))
+		fail_msg("destroy: %s", vb_errmsg());
+	assert_int_equal(__atomic_load_n(&acked_seq, __ATOMIC_ACQUIRE), i);
 	st = vbt_wait(child, 120);
 	child = -1;
 	vb_ctx_stats(ctx, &s);
@@ -341,8 +383,8 @@ static void test_backpressure(void **state)
 	assert_int_equal(s.malformed, 0);
 	assert_int_equal(s.failovers, 0); /* a stalled reader is not a failed path */
 	assert_true(after.max_registered <= bound);
+	assert_int_equal(s.unacked_on_close, LINGER_N); /* the main one left none */
 
-	assert_int_equal(vb_pub_destroy(pub), 0);
 	assert_int_equal(vb_node_destroy(node), 0);
 	assert_int_equal(vb_ctx_destroy(ctx), 0);
 	assert_int_equal(vbt_res_count("qp", getpid()), 0);

@@ -245,6 +245,8 @@ typedef struct vb_stats {
 	uint64_t mcast_joins;        /* groups joined (subscriber and publisher side) */
 	uint64_t mcast_join_failures; /* failed joins: those topics use unicast */
 	unsigned mcast_groups;       /* memberships held now */
+	uint64_t unacked_on_close;   /* ORDERED messages still unacknowledged when
+				      * vb_pub_destroy()'s linger ran out */
 } vb_stats_t;
 
 /** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
@@ -336,6 +338,9 @@ typedef struct vb_pub_attr {
 	unsigned ack_quorum;    /* ORDERED: k for k-of-n acknowledgements (0 = off) */
 	vb_ack_fn on_ack;       /* may be NULL */
 	void *arg;
+	unsigned linger_ms;     /* ORDERED: vb_pub_destroy() waits up to this long
+				 * for every connected subscriber to acknowledge
+				 * what was published (default 2000; 0 = no wait) */
 } vb_pub_attr_t;
 
 VB_EXPORT void vb_pub_attr_init(vb_pub_attr_t *attr);
@@ -387,7 +392,18 @@ VB_EXPORT int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms);
 /** vb_pub_subscribers() - current subscriber connections of this publisher. */
 VB_EXPORT int vb_pub_subscribers(vb_pub_t *pub);
 
-/** vb_pub_destroy() - stop publishing; unacknowledged messages are released. */
+/**
+ * vb_pub_destroy() - stop publishing and free @pub.
+ *
+ * ORDERED: first waits, up to attr.linger_ms, until every connected
+ * subscriber has acknowledged every message published (subscribers whose
+ * connection is given up meanwhile are not waited for); in VB_PROGRESS_APP
+ * mode the calling thread drives progress while it waits. What is still
+ * unacknowledged then is released and counted (vb_stats_t.unacked_on_close).
+ * Returns 0 (nothing was left unacknowledged; also FANOUT and NULL), or
+ * -ETIMEDOUT: @pub is destroyed all the same, and vb_errmsg() says how many
+ * messages were not acknowledged. Not concurrently with other calls on @pub.
+ */
 VB_EXPORT int vb_pub_destroy(vb_pub_t *pub);
 
 /* ---- subscribers ----------------------------------------------------------- */
