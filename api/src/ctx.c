@@ -94,6 +94,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->cm_timeout_ms = 5000;
 	a->batch_us = 50;
 	a->standby = 1;
+	a->keepalive_ms = 100;
 
 	env_str("VERBUS_DEVICE", &a->device);
 	env_str("VERBUS_IP", &a->ip);
@@ -124,6 +125,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	env_size("VERBUS_POOL_CAP", &a->pool_cap);
 	env_unsigned("VERBUS_MAX_PEERS", &a->max_peers);
 	env_unsigned("VERBUS_WINDOW", &a->window);
+	env_unsigned("VERBUS_KEEPALIVE_MS", &a->keepalive_ms);
 	{
 		const char *b = getenv("VERBUS_BATCH_US");
 
@@ -945,6 +947,8 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 	st->inline_sends = atomic_load(&ctx->st.inline_sends);
 	st->backpressure = atomic_load(&ctx->st.backpressure);
 	st->unacked_on_close = atomic_load(&ctx->st.unacked_on_close);
+	st->peer_switches = atomic_load(&ctx->st.peer_switches);
+	st->keepalives = atomic_load(&ctx->st.keepalives);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

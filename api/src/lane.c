@@ -1093,6 +1093,7 @@ static void *maint_main(void *arg)
 		if (atomic_load(&node->stop))
 			break;
 		maint_retire(node);
+		vbi_node_backup_step(node);
 		/* Peers are freed only when the node is destroyed (after this
 		 * thread is joined): the snapshot stays valid. */
 		pthread_rwlock_rdlock(&node->lock);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api/src/vb_int.h"
 #include "core/err.h"
@@ -184,6 +185,10 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	else
 		vbi_warn("connection to '%s' failed: %s", p->name, why);
 	vbi_event(p->node->ctx, VB_EV_PEER_DOWN, p->name, "%s", why);
+	if (p->alt_addr.ss_family && !atomic_load(&p->node->stop)) {
+		atomic_store(&p->alt_pending, true);
+		vbi_maint_kick(p->node);
+	}
 }
 
 /* ---- receive dispatch (progress context, node->lock held for reading) ------------- */
@@ -399,6 +404,43 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
  * held for reading (so subscribers, whose streams sit on the dirty list,
  * cannot go away meanwhile).
  */
+/*
+ * Keepalive on the active lane @l: when it has posted nothing for
+ * keepalive_ms, a credits-only ACK frame goes. A peer that died silently
+ * (SIGKILL, power) leaves a receiver with nothing to send; without this its
+ * RC QP would never find out (no send, no completion error). With it, the
+ * keepalive's retries run out (RETRY_EXC_ERR) and the usual recovery runs:
+ * standby, rebuild, given up, and then vb_node_connect_backup()'s
+ * alternative. Each side sends at most one per interval when idle; it
+ * carries the slots to return, so the two ends' keepalives pay for each
+ * other. txlock held.
+ */
+static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
+{
+	unsigned ka = p->node->ctx->attr.keepalive_ms;
+	uint64_t now;
+
+	if (!ka)
+		return;
+	now = vbi_now_ms();
+	if (l->sends_total != l->ka_sends || !l->ka_ms) {
+		l->ka_sends = l->sends_total;
+		l->ka_ms = now;
+		return;
+	}
+	if (now - l->ka_ms < ka)
+		return;
+	struct vbi_wire_hdr h = { .type = VBI_WT_ACK, .frag_off = l->to_return };
+
+	vbi_wire_put(buf, &h);
+	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN) == 0) {
+		l->to_return = 0;
+		atomic_fetch_add_explicit(&p->node->ctx->st.keepalives, 1, memory_order_relaxed);
+	}
+	l->ka_sends = l->sends_total;
+	l->ka_ms = now;
+}
+
 bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
@@ -428,6 +470,7 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 		if (due && (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto)) &&
 		    vbi_lane_send_ctrl(l, buf, len) == 0)
 			vbi_peer_acks_sent(p, l, upto);
+		keepalive(p, l, buf);
 	}
 	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
 		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
@@ -674,23 +717,46 @@ int vb_node_peers(vb_node_t *node)
 	return (int)__atomic_load_n(&node->npeers_up, __ATOMIC_RELAXED);
 }
 
-int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
+static const char *addr_str(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
-	struct vb_ctx *ctx;
+	char ip[INET6_ADDRSTRLEN] = "?";
+	uint16_t port = 0;
+
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+
+		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+		port = ntohs(s4->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+
+		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+		port = ntohs(s6->sin6_port);
+	}
+	snprintf(buf, len, "%s:%u", ip, port);
+	return buf;
+}
+
+/* Connect to @addr and wait for the handshake; @alt (may be NULL): where to
+ * go when this peer is given up later (vb_node_connect_backup). */
+static int connect_addr(struct vb_node *node, const struct sockaddr_storage *addr,
+			const struct sockaddr_storage *alt)
+{
+	struct vb_ctx *ctx = node->ctx;
 	struct vbi_peer *p;
 	struct vbi_lane *l = NULL;
+	char where[INET6_ADDRSTRLEN + 8];
 	uint64_t t0;
 	int rc;
 
-	if (!node || !ip || !port)
-		return vbi_err(-EINVAL, "vb_node_connect: node, ip and port are required");
-	ctx = node->ctx;
+	addr_str(addr, where, sizeof(where));
 	p = vbi_peer_alloc(node);
 	if (!p)
-		return vbi_err_prefix(-ENOMEM, "connect to %s:%u", ip, port);
+		return vbi_err_prefix(-ENOMEM, "connect to %s", where);
 	p->connector = true;
-	if ((rc = make_addr(ip, port, &p->addr)))
-		goto err_peer;
+	p->addr = *addr;
+	if (alt)
+		p->alt_addr = *alt;
 	if (!vbi_ctx_take_peer(ctx)) {
 		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
 		goto err_peer;
@@ -709,7 +775,7 @@ int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 	pthread_rwlock_unlock(&node->lock);
 	rc = ctx->ops->connect(ctx->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
 	if (rc) {
-		vbi_err_prefix(rc, "connect to %s:%u", ip, port);
+		vbi_err_prefix(rc, "connect to %s", where);
 		goto err_linked;
 	}
 	vbi_lane_send_hello(l);
@@ -717,12 +783,11 @@ int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
 		if (atomic_load(&l->dead) || p->dead) {
-			rc = vbi_err(-ECONNRESET, "connection to %s:%u failed during handshake", ip,
-				     port);
+			rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake", where);
 			goto err_linked;
 		}
 		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms) {
-			rc = vbi_err(-ETIMEDOUT, "no HELLO from %s:%u within %d ms", ip, port,
+			rc = vbi_err(-ETIMEDOUT, "no HELLO from %s within %d ms", where,
 				     ctx->attr.cm_timeout_ms);
 			goto err_linked;
 		}
@@ -747,7 +812,102 @@ err_count:
 	vbi_ctx_put_peer(ctx);
 err_peer:
 	vbi_peer_free(p);
-	return vbi_err_prefix(rc, "connect to %s:%u", ip, port);
+	return vbi_err_prefix(rc, "connect to %s", where);
+}
+
+int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (!node || !ip || !port)
+		return vbi_err(-EINVAL, "vb_node_connect: node, ip and port are required");
+	if ((rc = make_addr(ip, port, &ss)))
+		return vbi_err_prefix(rc, "connect to %s:%u", ip, port);
+	return connect_addr(node, &ss, NULL);
+}
+
+int vb_node_connect_backup(vb_node_t *node, const char *ip, uint16_t port, const char *backup_ip,
+			   uint16_t backup_port)
+{
+	struct sockaddr_storage a, b;
+	char first[VBI_ERRMSG_MAX];
+	int rc;
+
+	if (!node || !ip || !port || !backup_ip || !backup_port)
+		return vbi_err(-EINVAL, "vb_node_connect_backup: node, both addresses and ports "
+				      "are required");
+	if ((rc = make_addr(ip, port, &a)) || (rc = make_addr(backup_ip, backup_port, &b)))
+		return vbi_err_prefix(rc, "connect_backup");
+	if (!memcmp(&a, &b, sizeof(a)))
+		return vbi_err(-EINVAL, "backup %s:%u is the primary itself", backup_ip,
+			       backup_port);
+	if (!(rc = connect_addr(node, &a, &b)))
+		return 0;
+	snprintf(first, sizeof(first), "%s", vbi_errmsg());
+	vbi_warn("primary %s:%u not reachable (%s): trying the backup %s:%u", ip, port, first,
+		 backup_ip, backup_port);
+	if (!(rc = connect_addr(node, &b, &a))) {
+		vbi_event(node->ctx, VB_EV_PEER_SWITCHED, "", "primary %s:%u not reachable: "
+			  "connected to the backup %s:%u", ip, port, backup_ip, backup_port);
+		return 0;
+	}
+	return vbi_err(rc, "neither the primary (%s) nor the backup (%s) could be reached",
+		       first, vbi_errmsg());
+}
+
+/*
+ * Maintenance thread: peers given up that have an alternative
+ * (vb_node_connect_backup) are replaced by a connection to it, then, while
+ * that fails, to the original again, up to VBI_BACKUP_TRIES attempts 250 ms
+ * apart; their subscriptions follow (SUBs go with every new connection).
+ */
+#define VBI_BACKUP_TRIES 8
+void vbi_node_backup_step(struct vb_node *node)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_peer *todo[8];
+	unsigned n = 0;
+
+	pthread_rwlock_rdlock(&node->lock);
+	for (struct vbi_peer *p = node->peers; p && n < 8; p = p->next)
+		if (atomic_load(&p->alt_pending) && atomic_exchange(&p->alt_pending, false))
+			todo[n++] = p;
+	pthread_rwlock_unlock(&node->lock);
+	for (unsigned i = 0; i < n; i++) {
+		/* peers are freed only at vb_node_destroy, after this thread */
+		struct vbi_peer *p = todo[i];
+		const struct sockaddr_storage *to = &p->alt_addr, *back = &p->addr;
+		char was[INET6_ADDRSTRLEN + 8], now[INET6_ADDRSTRLEN + 8];
+		uint64_t t0 = vbi_mono_ns();
+		int rc = -1;
+
+		addr_str(&p->addr, was, sizeof(was));
+		for (unsigned k = 0; k < VBI_BACKUP_TRIES && !atomic_load(&node->stop); k++) {
+			if ((rc = connect_addr(node, to, back)) == 0)
+				break;
+			vbi_warn("'%s' given up; %s not reachable (attempt %u): %s", p->name,
+				 addr_str(to, now, sizeof(now)), k + 1, vbi_errmsg());
+			{
+				const struct sockaddr_storage *t = to;
+
+				to = back;
+				back = t;
+			}
+			usleep(250000);
+		}
+		addr_str(to, now, sizeof(now));
+		if (!rc) {
+			atomic_fetch_add(&ctx->st.peer_switches, 1);
+			vbi_event(ctx, VB_EV_PEER_SWITCHED, p->name,
+				  "%s given up: connected to %s instead after %.3f ms", was, now,
+				  (double)(vbi_mono_ns() - t0) / 1e6);
+		} else if (!atomic_load(&node->stop)) {
+			vbi_event(ctx, VB_EV_PATH_DOWN, p->name,
+				  "%s given up and neither it nor its alternative could be "
+				  "reached in %u attempts", was, VBI_BACKUP_TRIES);
+		}
+	}
 }
 
 int vb_node_destroy(vb_node_t *node)

@@ -208,6 +208,8 @@ struct vbi_lane {
 	uint64_t returned_total; /* slots the remote gave back */
 	uint32_t remote_slots;   /* from HELLO */
 	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
+	uint64_t ka_sends;       /* keepalive: sends_total when last looked at */
+	uint64_t ka_ms;          /* ... and when (coarse ms) */
 
 	struct vbi_slot *slots;  /* the progress context's */
 	uint32_t nslots;
@@ -230,6 +232,11 @@ struct vbi_peer {
 	bool connector;          /* we connected: we build its lanes */
 	struct sockaddr_storage addr;    /* connector: where we connected */
 	struct sockaddr_storage sb_addr; /* its standby listener (family 0: none) */
+	struct sockaddr_storage alt_addr; /* connector: the backup node to connect to
+					   * when this peer is given up (family 0:
+					   * none; vb_node_connect_backup) */
+	atomic_bool alt_pending;  /* given up: the maintenance thread connects to
+				   * alt_addr */
 
 	struct vbi_path path;    /* active lane (RCU), standby, failover policy */
 	struct vbi_lane *lanes;  /* every lane bound to the peer (txlock) */
@@ -393,7 +400,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
 		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
-		atomic_uint_fast64_t unacked_on_close;
+		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives;
 	} st;
 };
 
@@ -457,6 +464,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 bool vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_node_backup_step(struct vb_node *node);
 
 /* pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);

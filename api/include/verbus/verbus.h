@@ -122,6 +122,10 @@ typedef enum vb_event_type {
 			       * failure (detail: the outage in ms) */
 	VB_EV_PATH_DOWN = 6,  /* no connection to the peer could be had: it is
 			       * given up (VB_EV_PEER_DOWN follows) */
+	VB_EV_PEER_SWITCHED = 9, /* a peer connected with vb_node_connect_backup()
+				  * was given up and its alternative (the backup,
+				  * or the primary again) is connected instead
+				  * (detail: both addresses, the time taken) */
 } vb_event_type_t;
 
 typedef struct vb_event {
@@ -179,6 +183,12 @@ typedef struct vb_ctx_attr {
 				 * network part with the topic id's low 32-N bits
 				 * as host part. Every process of a topic must use
 				 * the same. "239.192.0.0/14" [VERBUS_MCAST_PREFIX] */
+	unsigned keepalive_ms;  /* a connection that sent nothing for this long
+				 * sends a keepalive (credits-only ACK frame), so a
+				 * peer that died silently (killed, host gone) is
+				 * found by the send's failure even when no
+				 * traffic flows our way; 0 = off. 100
+				 * [VERBUS_KEEPALIVE_MS] */
 } vb_ctx_attr_t;
 
 /**
@@ -247,6 +257,9 @@ typedef struct vb_stats {
 	unsigned mcast_groups;       /* memberships held now */
 	uint64_t unacked_on_close;   /* ORDERED messages still unacknowledged when
 				      * vb_pub_destroy()'s linger ran out */
+	uint64_t peer_switches;      /* connections moved to a backup node
+				      * (VB_EV_PEER_SWITCHED) */
+	uint64_t keepalives;         /* keepalive frames sent (keepalive_ms) */
 } vb_stats_t;
 
 /** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
@@ -287,6 +300,23 @@ VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
  * reached); other negative errno.
  */
 VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
+
+/**
+ * vb_node_connect_backup() - vb_node_connect() to a primary node with a
+ * backup: typically two publisher processes of the same topics. Connects
+ * to the primary, or, when it cannot be reached, to the backup. When the
+ * connected one is later given up (closed, or no connection to it could be
+ * rebuilt: VB_EV_PEER_DOWN), the node's maintenance thread connects to the
+ * other one (then back, up to 8 attempts 250 ms apart) and reports
+ * VB_EV_PEER_SWITCHED; subscriptions follow the new connection. The backup
+ * is another publisher: its ORDERED streams are new sessions (vb_msg_t
+ * publisher changes) with their own sequence numbers; verbus does not merge
+ * two publishers' streams. Returns 0 (either is connected), -EINVAL (a
+ * bad or identical address), or the error of the backup's attempt with
+ * both reasons in vb_errmsg(). Thread-safety as vb_node_connect().
+ */
+VB_EXPORT int vb_node_connect_backup(vb_node_t *node, const char *ip, uint16_t port,
+				     const char *backup_ip, uint16_t backup_port);
 
 /**
  * vb_node_peers() - connections that completed the handshake and are up.
