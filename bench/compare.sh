@@ -12,6 +12,9 @@
 #   --scale F      multiplies every iteration count (default 1: short run)
 #   --ip/--dev/--gid  device address, verbs device, GID index
 #                  (default 10.77.0.1, rxe0, 1: the Soft-RoCE VM's)
+#   --standby-ip ADDR  a second device's address for the failover bench's
+#                  standby connections (default: VERBUS_STANDBY_IP; in the
+#                  VM 10.77.1.1, rxe1; none: the standby on the same device)
 #   --timeout SECS limit for the whole measurement (default 600); steps
 #                  not reached are reported as "n/a (cut by the time limit)"
 #   --full         also UCX at 1 KiB and 64 KiB, and verbus FANOUT to 2 subs
@@ -32,6 +35,7 @@ scale=1
 ip=${VERBUS_TEST_IP:-10.77.0.1}
 dev=${VERBUS_DEVICE:-rxe0}
 gid=${VERBUS_GID_INDEX:-1}
+standby_ip=${VERBUS_STANDBY_IP:-}
 total_timeout=600
 full=0
 phase=all
@@ -44,11 +48,12 @@ while [ $# -gt 0 ]; do
     --ip) ip=$2; shift 2 ;;
     --dev) dev=$2; shift 2 ;;
     --gid) gid=$2; shift 2 ;;
+    --standby-ip) standby_ip=$2; shift 2 ;;
     --timeout) total_timeout=$2; shift 2 ;;
     --full) full=1; shift ;;
     --measure) phase=measure; shift ;;
     --report) phase=report; shift ;;
-    -h|--help) sed -n '3,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,28p' "$0"; exit 0 ;;
     *) echo "compare: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -57,6 +62,8 @@ case "$build" in /*) ;; *) build="$root/$build" ;; esac
 case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
 vb="$build/bench/vb_bench"
 t_start=$(date +%s)
+# the Soft-RoCE VM has a second device (rxe1 on 10.77.1.1) for standbys
+[ -n "$standby_ip" ] || [ "$ip" != 10.77.0.1 ] || standby_ip=10.77.1.1
 
 progress() { printf '[compare %4ss] %s\n' $(( $(date +%s) - t_start )) "$*" >&2; }
 n() { awk -v a="$1" -v s="$scale" 'BEGIN { v = int(a * s); if (v < 10) v = 10; print v }'; }
@@ -186,6 +193,13 @@ measure() {
   vbrun vb_bw_ordered_big 120 bw --class ordered --size 1024,65536 --count "$(n $BW64K_N)"
   vbrun vb_lat_fanout 120 lat --class fanout --size 64 --count "$(n $LAT_N)"
   vbrun vb_bw_fanout_64 120 bw --class fanout --size 64 --count "$(n $BW64_N)"
+  # failover (issue 6): fault -> first delivery vs a fresh RC connection;
+  # the standby on the second device when there is one (the VM's rxe1)
+  if [ -n "$standby_ip" ]; then
+    vbrun vb_failover 300 failover --faults 20 --standby-ip "$standby_ip"
+  else
+    vbrun vb_failover 300 failover --faults 20 --one-device
+  fi
   if [ "$full" = 1 ]; then
     ucx rc lat_1024_p50 "tag_lat -s 1024 -n $(n $LAT_N) -w 100 -R 50"
     ucx rc lat_65536_p50 "tag_lat -s 65536 -n $(n $LAT64K_N) -w 20 -R 50"
@@ -290,7 +304,10 @@ parse_verbus() { # JSON lines -> vb.<bench>.<class>.<size>[.<subs>].<field>
     function str(k,   r) { if (match($0, "\"" k "\":\"[^\"]*\"")) { r = substr($0, RSTART, RLENGTH); sub(/^[^:]*:"/, "", r); sub(/"$/, "", r); return r } return "" }
     {
       b = str("bench"); c = tolower(str("class")); s = num("size")
-      if (b == "lat") {
+      if (b == "failover") {
+        printf "vb.failover.p50=%.3f\nvb.failover.p99=%.3f\nvb.failover.max=%.3f\nvb.failover.cold=%.3f\n",
+          num("p50_ns") / 1e6, num("p99_ns") / 1e6, num("max_ns") / 1e6, num("cold_connect_ns") / 1e6
+      } else if (b == "lat") {
         k = "vb.lat." c "." s
         printf "%s.p50=%.2f\n%s.p90=%.2f\n%s.p99=%.2f\n%s.p999=%.2f\n%s.max=%.2f\n%s.samples=%s\n",
           k, num("p50") / 1e3, k, num("p90") / 1e3, k, num("p99") / 1e3, k, num("p999") / 1e3,
@@ -367,6 +384,9 @@ report() {
   row "FANOUT 64 B deliveries/s, 4 subs" msg/s pt_bw_ud_64.msgs pt_bw_ud_64 "" "" \
       vb.fanout.fanout.64.4.msgs vb_fanout_4 bw ">=4"
   row "FANOUT 4 subs: worst sub p99" us "" "" "" "" vb.fanout.fanout.64.4.p99 vb_fanout_4 lat ""
+  row "failover: fault -> 1st delivery p50 (raw: new RC conn)" ms vb.failover.cold vb_failover "" "" \
+      vb.failover.p50 vb_failover lat "<=0.1"
+  row "failover: fault -> 1st delivery p99" ms "" "" "" "" vb.failover.p99 vb_failover lat ""
 
   local meta="$out/raw/meta" load_s load_e tbl="$out/table.txt" json="$out/results.json"
   load_s=$(sed -n 's/^load_start=//p' "$meta"); load_e=$(sed -n 's/^load_end=//p' "$meta")
@@ -502,7 +522,8 @@ case "$phase" in
     export HOST_LOAD
     progress "one run on the RDMA device (Soft-RoCE VM when the host has none); results in $out"
     "$root/scripts/vm-run.sh" --timeout "$total_timeout" -- "$0" --measure --build "$build" \
-      --out "$out" --scale "$scale" --ip "$ip" --dev "$dev" --gid "$gid" "${extra[@]}" >&2
+      --out "$out" --scale "$scale" --ip "$ip" --dev "$dev" --gid "$gid" \
+      ${standby_ip:+--standby-ip "$standby_ip"} "${extra[@]}" >&2
     rc=$?
     HOST_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
     [ $rc -eq 0 ] || progress "measurement run ended with status $rc: reporting what was measured"
