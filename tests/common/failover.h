@@ -52,6 +52,14 @@ struct vbt_fo_cfg {
 	const char *standby_ip;    /* second device's address, NULL: one device */
 	bool wait_standby;         /* wait for a warm standby before each fault */
 	bool quiet;
+	/* Optional (zero: the defaults). */
+	uint64_t fault_at[VBT_FO_MAX_FAULTS]; /* messages (topic 0) before fault k;
+					 * 0: evenly spread over the stream */
+	/* @side == VBT_FO_SUB: after everything arrived, before the stats are
+	 * taken (e.g. wait for a recovery to finish): 0, or negative = the run
+	 * fails (a message in vb_errmsg()/stderr). Bounded by the callee. */
+	int (*settle)(vb_ctx_t *ctx, vb_node_t *node, void *arg);
+	unsigned timeout_s;        /* bound on the stream, 0: 200 s */
 };
 
 struct vbt_fo_result {
