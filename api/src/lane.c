@@ -982,6 +982,26 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 
 /* ---- receive ------------------------------------------------------------------------------ */
 
+/* Testing the software reliability of UC/UD lanes: VERBUS_TEST_DROP_EVERY=N
+ * drops every N-th SEND/datagram received on such a lane (after its HELLO)
+ * as if the fabric had lost it: nothing of it is processed and its slot is
+ * not returned to the sender (a lost datagram's credit is lost too). 0 or
+ * unset: off. Read once. */
+static unsigned test_drop_every(void)
+{
+	static _Atomic int v = -1;
+	int r = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (r < 0) {
+		const char *e = getenv("VERBUS_TEST_DROP_EVERY");
+		long n = e && *e ? strtol(e, NULL, 10) : 0;
+
+		r = n > 1 && n < 1000000 ? (int)n : 0;
+		atomic_store_explicit(&v, r, memory_order_relaxed);
+	}
+	return (unsigned)r;
+}
+
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)
 {
 	struct vb_node *node = l->node;
@@ -992,6 +1012,16 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	if (l->mode == VB_QPT_UD) { /* a datagram: after the GRH */
 		byte_len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0;
 		data += VBI_UD_GRH;
+	}
+	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) && test_drop_every() &&
+	    ++l->rx_count % test_drop_every() == 0) {
+		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {
+			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+						     "receive repost failed" };
+
+			vbi_lane_report(l, v, "receive repost failed");
+		}
+		return;
 	}
 	if (bound)
 		pthread_rwlock_rdlock(&node->lock);

@@ -237,6 +237,7 @@ struct vbi_lane {
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
+	uint64_t rx_count;       /* receives (progress context): test loss injection */
 };
 
 /* A path event recorded under txlock, reported after it is dropped. */

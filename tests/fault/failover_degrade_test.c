@@ -10,7 +10,9 @@
  *   fault 2  UC: failure 1 in UC -> a new UC connection
  *   fault 3  UC: failure 2 -> degraded to UD
  * then no more faults: the RC probe stays healthy for the promotion hold
- * and the path is promoted back to RC. On UC and UD, ORDERED rides on
+ * and the path is promoted back to RC. While degraded, every 100th
+ * SEND/datagram received on a UC/UD lane is dropped
+ * (VERBUS_TEST_DROP_EVERY): the losses the software reliability repairs. On UC and UD, ORDERED rides on
  * software reliability (NAK go-back-N, retransmission timer, credit
  * resync). The receiver's sequence log: nothing lost, duplicated or out of
  * order, byte-exact; the stats/events show RC -> UC -> UD -> RC.
@@ -85,6 +87,9 @@ static void test_degrade(void **state)
 	setenv("VERBUS_DEGRADE_WINDOW_MS", "600000", 1);
 	setenv("VERBUS_PROMOTE_HOLD_MS", "4000", 1);
 	setenv("VERBUS_PROMOTE_PROBES", "3", 1);
+	/* and loss on UC/UD: every 100th SEND/datagram received there is
+	 * dropped as the fabric would (its credit too), both ends */
+	setenv("VERBUS_TEST_DROP_EVERY", "100", 1);
 	fo_defaults(&c, "degrade");
 	c.nfaults = 4;
 	c.side = VBT_FO_SUB;
@@ -116,6 +121,10 @@ static void test_degrade(void **state)
 	assert_true(r.sub_stats.promotions >= 1);
 	assert_true(r.pub_stats.degrades >= 2);
 	assert_true(r.pub_stats.promotions >= 1);
+	/* the injected losses were reported (NAK) and repaired (go-back-N) */
+	assert_true(r.sub_stats.naks_sent >= 1);
+	assert_true(r.pub_stats.naks_received >= 1);
+	assert_true(r.pub_stats.naks_received <= r.sub_stats.naks_sent);
 }
 
 int main(void)
