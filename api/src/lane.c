@@ -1303,10 +1303,13 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	struct vb_ctx *ctx = node->ctx;
 	uint64_t now = vbi_mono_ns(), since;
 	bool need_lane, need_standby, need_probe, waiting_hello = false;
-	enum vb_qp_type mode = vbi_path_mode(&p->path);
+	enum vb_qp_type mode;
 	struct vbi_lane *act;
 
 	pthread_mutex_lock(&p->txlock);
+	/* read with the lane under txlock (failures are decided under it): a
+	 * DEGRADE in between must not leave us building the old mode */
+	mode = vbi_path_mode(&p->path);
 	since = p->recover_since_ns;
 	act = vbi_path_lane(&p->path);
 	need_lane = !act && since;

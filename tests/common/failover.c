@@ -143,6 +143,13 @@ static void wait_standby(vb_ctx_t *ctx, unsigned k)
 	fprintf(stderr, "  (no warm standby before fault %u after 60 s: it goes ahead)\n", k);
 }
 
+static unsigned cur_fault; /* the fault being caused (fault_ctx may mark it) */
+
+void vbt_fo_mark_fault(void)
+{
+	ST(&sh->fault_ns[cur_fault], mono_ns());
+}
+
 /* Cause the faults whose thresholds @count has reached. */
 static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 {
@@ -156,7 +163,8 @@ static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 		return;
 	wait_standby(ctx, k);
 	ST(&sh->fault_ns[k], mono_ns());
-	rc = cfg->fault(node, k, cfg->arg);
+	cur_fault = k;
+	rc = cfg->fault_ctx ? cfg->fault_ctx(ctx, node, k, cfg->arg) : cfg->fault(node, k, cfg->arg);
 	if (rc)
 		fprintf(stderr, "  fault %u not caused: %d %s\n", k, rc, vb_errmsg());
 	ST(&sh->faults, k + 1);
@@ -433,7 +441,7 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 
 	memset(res, 0, sizeof(*res));
 	if (!c->topics || c->topics > VBT_FO_MAX_TOPICS || c->nfaults > VBT_FO_MAX_FAULTS ||
-	    !c->msgs || !c->fault)
+	    !c->msgs || (!c->fault && !c->fault_ctx))
 		return -EINVAL;
 	cfg = c;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -516,10 +524,10 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 			}
 	ST(&sh->pub_done, 1);
 	for (t0 = vbt_now_ms(); !LD(&sh->sub_done); usleep(2000))
-		if (vbt_now_ms() - t0 > (c->settle ? 60000u : 30000u)) {
+		if (vbt_now_ms() - t0 > (c->settle ? 90000u : 30000u)) {
 			rc = -ETIMEDOUT;
 			snprintf(res->why, sizeof(res->why), "subscriber did not finish in %u s",
-				 c->settle ? 60u : 30u);
+				 c->settle ? 90u : 30u);
 			goto out;
 		}
 out:

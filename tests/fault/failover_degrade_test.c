@@ -33,18 +33,38 @@ static uint64_t ms_now(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Wait (bounded) until the connection is up in the mode fault @k expects
- * (not recovering), then move the active QP to ERR. */
-static int degrade_fault(vb_node_t *node, unsigned k, void *arg)
+static uint64_t changes(vb_ctx_t *ctx)
 {
-	uint64_t t0 = ms_now();
+	vb_stats_t s;
+
+	vb_ctx_stats(ctx, &s);
+	return s.failovers + s.rebuilds + s.degrades + s.promotions;
+}
+
+/*
+ * Wait (bounded) until the connection is up in the mode fault @k expects
+ * and nothing changed for a while, then move the active QP to ERR. Before
+ * the second RC fault that is 2 s: the far end notices an RC fault only
+ * when its own sends time out, and may still switch lanes then (a fault
+ * caused meanwhile could hit a lane about to be replaced and not count).
+ * UC lanes give the far end no such error: 300 ms.
+ */
+static int degrade_fault(vb_ctx_t *ctx, vb_node_t *node, unsigned k, void *arg)
+{
+	uint64_t t0 = ms_now(), quiet = ms_now(), last = changes(ctx);
 	int m = -1;
 
 	(void)arg;
 	for (;;) {
+		uint64_t c = changes(ctx);
+
 		m = vb_node_peer_mode(node, NULL);
-		if (m == want_mode[k])
+		if (m != want_mode[k] || c != last) {
+			quiet = ms_now();
+			last = c;
+		} else if (ms_now() - quiet >= (k == 1 ? 2000u : 300u)) {
 			break;
+		}
 		if (ms_now() - t0 > 60000) {
 			fprintf(stderr, "  fault %u: mode %d, %d expected after 60 s\n", k, m,
 				want_mode[k]);
@@ -52,6 +72,7 @@ static int degrade_fault(vb_node_t *node, unsigned k, void *arg)
 		}
 		usleep(2000);
 	}
+	vbt_fo_mark_fault();
 	return vb_node_inject_fault(node, NULL, VB_FAULT_QP_ERR);
 }
 
@@ -67,9 +88,9 @@ static int degrade_settle(vb_ctx_t *ctx, vb_node_t *node, void *arg)
 		if (s.promotions >= 1 && vb_node_peer_mode(node, NULL) == 0)
 			return 0;
 		usleep(5000);
-	} while (ms_now() - t0 < 25000);
+	} while (ms_now() - t0 < 40000);
 	vb_node_dump(node, stderr);
-	fprintf(stderr, "  not promoted back to RC within 25 s (promotions %llu, mode %d)\n",
+	fprintf(stderr, "  not promoted back to RC within 40 s (promotions %llu, mode %d)\n",
 		(unsigned long long)s.promotions, vb_node_peer_mode(node, NULL));
 	return -ETIMEDOUT;
 }
@@ -85,7 +106,7 @@ static void test_degrade(void **state)
 	/* the policy (core/path, read when a connection's path is set up) */
 	setenv("VERBUS_DEGRADE_FAILURES", "2", 1);
 	setenv("VERBUS_DEGRADE_WINDOW_MS", "600000", 1);
-	setenv("VERBUS_PROMOTE_HOLD_MS", "4000", 1);
+	setenv("VERBUS_PROMOTE_HOLD_MS", "10000", 1);
 	setenv("VERBUS_PROMOTE_PROBES", "3", 1);
 	/* and loss on UC/UD: every 100th SEND/datagram received there is
 	 * dropped as the fabric would (its credit too), both ends */
@@ -93,14 +114,15 @@ static void test_degrade(void **state)
 	fo_defaults(&c, "degrade");
 	c.nfaults = 4;
 	c.side = VBT_FO_SUB;
-	c.fault = degrade_fault;
+	c.fault_ctx = degrade_fault;
 	c.settle = degrade_settle;
 	c.wait_standby = false; /* degrade_fault waits for what it needs */
 	c.timeout_s = 400;
-	/* close together: the UC phase must stay shorter than the promotion
-	 * hold, or it is promoted back before it can degrade further */
+	/* early and close together (each waits for the previous one's
+	 * recovery): the UC phase must stay shorter than the promotion hold,
+	 * or it is promoted back before it can degrade further */
 	for (unsigned k = 0; k < c.nfaults; k++)
-		c.fault_at[k] = c.msgs / 5 + k * (c.msgs / 50);
+		c.fault_at[k] = c.msgs / 10 + k * (c.msgs / 100);
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	fo_check(&c, &r);
 	printf("degrade: subscriber: degrades %llu, promotions %llu, NAKs sent %llu, "
