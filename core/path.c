@@ -364,6 +364,16 @@ void *vbi_path_take_standby(struct vbi_path *p)
 	return vbi_path_set_standby(p, NULL);
 }
 
+enum vb_qp_type vbi_path_mode(struct vbi_path *p)
+{
+	enum vb_qp_type m;
+
+	pthread_mutex_lock(&p->mu);
+	m = p->cur;
+	pthread_mutex_unlock(&p->mu);
+	return m;
+}
+
 enum vb_qp_type vbi_path_probe_target(struct vbi_path *p)
 {
 	enum vb_qp_type m;

@@ -297,6 +297,9 @@ int vbi_path_has_standby(struct vbi_path *p);
 /* Take the standby out (NULL if none). */
 void *vbi_path_take_standby(struct vbi_path *p);
 
+/* The policy's current mode (may lead the published lane's: after a
+ * DEGRADE, the mode to build the next lane in). */
+enum vb_qp_type vbi_path_mode(struct vbi_path *p);
 /* The mode worth probing: cfg.best when promote_direct, else one step up;
  * the current mode itself when there is nothing better. */
 enum vb_qp_type vbi_path_probe_target(struct vbi_path *p);

@@ -983,5 +983,22 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 		st->pool_registrations = ps.registrations;
 	}
 	vbi_mcast_stats(ctx, st);
+	st->degrades = atomic_load(&ctx->st.degrades);
+	st->promotions = atomic_load(&ctx->st.promotions);
+	st->naks_sent = atomic_load(&ctx->st.naks_sent);
+	st->naks_received = atomic_load(&ctx->st.naks_received);
+	st->rto_retransmits = atomic_load(&ctx->st.rto_retransmits);
+	st->credit_resyncs = atomic_load(&ctx->st.credit_resyncs);
+	st->probes = atomic_load(&ctx->st.probes);
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next)
+			if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
+			    __atomic_load_n(&p->mode, __ATOMIC_RELAXED) != VB_QPT_RC)
+				st->peers_degraded++;
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }

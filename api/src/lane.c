@@ -55,7 +55,10 @@ enum {
 	HELLO_SB_FAMILY = 88, /* standby listener: 0 none, 4 IPv4, 6 IPv6 */
 	HELLO_SB_PORT = 92,
 	HELLO_SB_ADDR = 96,   /* 16 bytes (IPv4 in the first 4) */
-	HELLO_LEN = 112,
+	HELLO_MODE = 112,     /* v3: the lane's mode (enum vb_qp_type: 0 RC, 1 UC, 2 UD) */
+	HELLO_UC_PORT = 116,  /* v3: the sender's UC listener port (0: none) */
+	HELLO_UD_PORT = 120,  /* v3: the sender's UD listener port (0: none) */
+	HELLO_LEN = 124,
 };
 
 static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
@@ -112,12 +115,13 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
-int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, struct vbi_lane **out)
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode,
+		 struct vbi_lane **out)
 {
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_lane *l = calloc(1, sizeof(*l));
 	struct vbt_qp_init_attr qa = {
-		.type = VB_QPT_RC, .send_cq = dr->cq, .recv_cq = dr->cq,
+		.type = mode, .send_cq = dr->cq, .recv_cq = dr->cq,
 		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
 			 .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = ctx->sz.max_inline },
 	};
@@ -129,9 +133,18 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, struct vbi_lane **
 		return vbi_err(-ENOMEM, "lane");
 	l->node = node;
 	l->dr = dr;
+	l->mode = (uint8_t)mode;
+	/* A UD receive buffer starts with the 40-byte GRH, and a datagram
+	 * cannot exceed the path MTU: larger messages are fragmented. */
+	l->max_send = (uint32_t)ctx->attr.slot_size;
+	if (mode == VB_QPT_UD && l->max_send > ctx->ud_mtu)
+		l->max_send = ctx->ud_mtu;
+	if (mode == VB_QPT_UD && l->max_send > ctx->attr.slot_size - VBI_UD_GRH)
+		l->max_send = (uint32_t)ctx->attr.slot_size - VBI_UD_GRH;
 	pthread_mutex_init(&l->own_lock, NULL);
 	l->lk = &l->own_lock;
 	l->created_ns = vbi_mono_ns();
+	l->credit_ns = l->created_ns;
 	qa.user_ctx = l;
 	rc = ctx->ops->qp_create(dr->pd, &qa, &l->qp);
 	if (rc)
@@ -196,6 +209,22 @@ uint32_t vbi_lane_credits(const struct vbi_lane *l)
 	return (uint32_t)(l->remote_slots + l->returned_total - l->sends_total);
 }
 
+/* Post @wr (a SEND) on @l: a UD lane addresses the remote lane's QP (its
+ * QPN, Q_Key and an AH from the connection set-up). *l->lk held. */
+int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
+{
+	const struct vbt_send_wr *bad;
+
+	if (l->mode == VB_QPT_UD) {
+		if (!atomic_load(&l->conn_ready) || !l->conn || !l->conn->ah)
+			return -EAGAIN; /* set-up not finished: nowhere to send yet */
+		wr->ah = l->conn->ah;
+		wr->remote_qpn = l->conn->remote.qpn;
+		wr->remote_qkey = l->conn->remote.qkey;
+	}
+	return vbt_post_send(l->qp, wr, &bad);
+}
+
 /*
  * Post one SEND of @len bytes already in @s->buf. Signal the last send of a
  * burst and every quarter ring, so unsignaled entries are always released
@@ -208,7 +237,6 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool las
 	struct vbt_sge sge = { (uintptr_t)s->buf.addr, len, s->buf.lkey };
 	struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
 				  .opcode = VBT_WR_SEND };
-	const struct vbt_send_wr *bad;
 	int rc;
 
 	if (last || ++l->sr.since_signal >= l->sr.n / 4 || l->sr.outstanding >= l->sr.n - 1) {
@@ -220,7 +248,7 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool las
 		wr.flags |= VBT_SEND_INLINE;
 		atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
 	}
-	rc = vbt_post_send(l->qp, &wr, &bad);
+	rc = vbi_lane_post_wr(l, &wr);
 	if (rc)
 		return rc;
 	l->sends_total++;
@@ -228,18 +256,67 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool las
 	return 0;
 }
 
+/* The retransmission timeout of UC/UD lanes: VERBUS_RTO_MS, default
+ * VBI_RTO_MS_DEFAULT (read once). */
+uint64_t vbi_rto_ns(void)
+{
+	static _Atomic uint64_t rto;
+	uint64_t v = atomic_load_explicit(&rto, memory_order_relaxed);
+
+	if (!v) {
+		const char *e = getenv("VERBUS_RTO_MS");
+		long ms = e && *e ? strtol(e, NULL, 10) : 0;
+
+		if (ms < 1 || ms > 60000)
+			ms = VBI_RTO_MS_DEFAULT;
+		v = (uint64_t)ms * 1000000ull;
+		atomic_store_explicit(&rto, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+/*
+ * Timers of the active lane @l when it is UC or UD (progress context,
+ * txlock held):
+ *  - credits: a lost datagram never consumes the remote slot it was
+ *    counted against, and a lost ACK never returns the slots it carried.
+ *    When we are out of credits and none came back for an RTO, the
+ *    outstanding ones are taken as lost: the count starts over (a too
+ *    optimistic guess only overruns the receiver, i.e. more loss, which
+ *    the NAK/RTO recover; never a permanent stall).
+ *  - retransmission: unacknowledged messages with no ACK progress for an
+ *    RTO are sent again from the acknowledged point (vbi_pub_rto_peer).
+ */
+void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	uint64_t rto = vbi_rto_ns(), n;
+
+	if (l->returned_total != l->last_returned) {
+		l->last_returned = l->returned_total;
+		l->credit_ns = now_ns;
+	} else if (vbi_lane_credits(l) < 2 && now_ns - l->credit_ns > rto) {
+		l->returned_total = l->sends_total;
+		l->last_returned = l->returned_total;
+		l->credit_ns = now_ns;
+		atomic_fetch_add_explicit(&ctx->st.credit_resyncs, 1, memory_order_relaxed);
+	}
+	n = vbi_pub_rto_peer(p, now_ns, rto);
+	if (n)
+		atomic_fetch_add_explicit(&ctx->st.rto_retransmits, n, memory_order_relaxed);
+}
+
 /* Control frames may use the last credit (data keeps one in reserve so
  * these can always flow). *l->lk held. */
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 {
-	struct vb_ctx *ctx = l->node->ctx;
 	uint32_t rss = l->peer ? l->peer->remote_slot_size : 0;
 	struct vbi_sctx *s;
 	int rc;
 
 	if (atomic_load(&l->dead))
 		return -ENOTCONN;
-	if (len > ctx->attr.slot_size || (rss && len > rss))
+	if (len > l->max_send || (rss && len > rss))
 		return vbi_err(-EMSGSIZE, "control frames of %u bytes", len);
 	if (vbi_lane_credits(l) < 1 || l->sr.outstanding >= l->sr.n)
 		return -EAGAIN;
@@ -299,6 +376,14 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
 	int rc;
 
+	if (l->mode == VB_QPT_UD && !atomic_load(&l->conn_ready)) {
+		/* an accepted UD lane whose accept() has not returned yet: no
+		 * address to answer to; vbi_peer_after_poll sends it later */
+		atomic_store(&l->hello_deferred, true);
+		if (!atomic_load(&l->conn_ready))
+			return;
+	}
+	atomic_store(&l->hello_deferred, false);
 	if (atomic_exchange(&l->hello_claim, true))
 		return; /* sent already */
 	vbi_wire_put(buf, &h);
@@ -315,6 +400,9 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	put32(pl + HELLO_LANE, l->id);
 	put32(pl + HELLO_ROLE, l->role);
 	addr_to_hello(&node->sb_listen, pl);
+	put32(pl + HELLO_MODE, l->mode);
+	put32(pl + HELLO_UC_PORT, node->listener[2] ? node->listener[2]->port : 0);
+	put32(pl + HELLO_UD_PORT, node->listener[3] ? node->listener[3]->port : 0);
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
 	atomic_store(&l->hello_sent, rc == 0);
@@ -381,6 +469,10 @@ static void path_event(const struct vbi_path_event *ev, void *arg)
 {
 	struct vbi_peer *p = arg;
 
+	/* mode changes are reported by the lanes' modes (switch_to), on both
+	 * ends: the policy's own DEGRADE precedes the lane that carries it */
+	if (ev->type == VBI_PATH_EV_DEGRADE || ev->type == VBI_PATH_EV_PROMOTE)
+		return;
 	if (p->npev < sizeof(p->pev) / sizeof(p->pev[0])) {
 		p->pev[p->npev].type = (uint8_t)ev->type;
 		p->pev[p->npev].outage_ns = ev->outage_ns;
@@ -423,6 +515,16 @@ void vbi_peer_pev_flush(struct vbi_peer *p)
 		case VBI_PATH_EV_DOWN:
 			vbi_event(ctx, VB_EV_PATH_DOWN, p->name, "%s", r);
 			break;
+		case VBI_PATH_EV_DEGRADE:
+			vbi_event(ctx, VB_EV_DEGRADED, p->name, "degraded from %s to %s%s%s",
+				  vbi_path_mode_name(ev[i].from), vbi_path_mode_name(ev[i].to),
+				  *r ? ": " : "", r);
+			break;
+		case VBI_PATH_EV_PROMOTE:
+			vbi_event(ctx, VB_EV_PROMOTED, p->name, "promoted from %s to %s%s%s",
+				  vbi_path_mode_name(ev[i].from), vbi_path_mode_name(ev[i].to),
+				  *r ? ": " : "", r);
+			break;
 		default:
 			break;
 		}
@@ -435,7 +537,9 @@ int vbi_peer_init_path(struct vbi_peer *p)
 	struct vbi_path_cfg cfg;
 
 	vbi_path_cfg_init(&cfg);
-	/* Lanes are RC; UC/UD lanes are not built (see docs/recovery.md). */
+	/* Lanes are RC; the connecting side's path may degrade to UC and UD
+	 * (vbi_peer_allow_degrade: it builds the lanes); the accepting side
+	 * follows the lanes it is given and never degrades on its own. */
 	cfg.best = VB_QPT_RC;
 	cfg.worst = VB_QPT_RC;
 	/* While recovering, publishes queue in the retransmit windows (they are
@@ -443,6 +547,15 @@ int vbi_peer_init_path(struct vbi_peer *p)
 	if (!getenv("VERBUS_RECOVERY_QUEUE"))
 		cfg.recovery_queue = ctx->attr.window;
 	return vbi_path_init(&p->path, &cfg, vbi_mono_ns(), path_event, p);
+}
+
+/* The connecting side: its path may degrade down to UD (before the peer is
+ * shared with other threads). */
+void vbi_peer_allow_degrade(struct vbi_peer *p)
+{
+	pthread_mutex_lock(&p->path.mu);
+	p->path.cfg.worst = VB_QPT_UD;
+	pthread_mutex_unlock(&p->path.mu);
 }
 
 /* ---- switching lanes (txlock held) ------------------------------------------------------- */
@@ -459,12 +572,57 @@ static void lane_retire_locked(struct vbi_lane *l)
  * the peer (LANE frame on @s) unless it told us, end the recovery. Returns
  * the lane that was active (NULL if none), for the caller to retire.
  */
-static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell)
+static struct vbi_lane *activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	uint64_t now = vbi_mono_ns();
-	struct vbi_lane *old = vbi_path_switch(&p->path, s, now, &s->epoch);
-	uint64_t n = vbi_pub_rewind_peer(p);
+	struct vbi_lane *old = NULL;
+	uint64_t n;
+
+	if (promote) {
+		void *o = NULL;
+
+		/* A probe lane was numbered when it was built, maybe before the
+		 * degraded lanes that carried data since: it gets a new number
+		 * (the LANE frame carries it), or the other end would take its
+		 * data for stale (data from lanes numbered below the newest is). */
+		__atomic_store_n(&s->id, p->next_lane_id++, __ATOMIC_RELAXED);
+		if (vbi_path_promote(&p->path, (enum vb_qp_type)s->mode, s, now, &o, &s->epoch))
+			return NULL;
+		old = o;
+	} else {
+		old = vbi_path_switch(&p->path, s, now, &s->epoch);
+	}
+	n = vbi_pub_rewind_peer(p);
+	if (s->mode != VB_QPT_RC) {
+		/* degraded lanes have no standby: an RC one left from before is
+		 * stale (its other end was retired with the degradation) */
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (sb && sb != s)
+			lane_retire_locked(sb);
+	}
+	if (s->mode != p->mode) {
+		/* the mode changed: an event (on both ends) and a counter */
+		bool worse = s->mode > p->mode;
+
+		if (p->npev < sizeof(p->pev) / sizeof(p->pev[0])) {
+			struct vbi_pev *e = &p->pev[p->npev++];
+
+			e->type = worse ? VBI_PATH_EV_DEGRADE : VBI_PATH_EV_PROMOTE;
+			e->from = p->mode;
+			e->to = s->mode;
+			e->outage_ns = 0;
+			e->reason = worse ? "the connection kept failing" : "the better mode works again";
+		}
+		atomic_fetch_add(worse ? &ctx->st.degrades : &ctx->st.promotions, 1);
+		vbi_warn("peer '%s': %s from %s to %s", p->name, worse ? "degraded" : "promoted",
+			 vbi_path_mode_name((enum vb_qp_type)p->mode),
+			 vbi_path_mode_name((enum vb_qp_type)s->mode));
+		__atomic_store_n(&p->mode, s->mode, __ATOMIC_RELAXED);
+	}
+	if (p->probe == s)
+		p->probe = NULL;
 
 	atomic_fetch_add(&ctx->st.retransmits, n);
 	/* what we received from it, acknowledged again at once (our ACKs in
@@ -476,11 +634,11 @@ static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool t
 		uint8_t buf[VBI_WIRE_HDR_LEN * 33];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
 		struct vbi_rxs *upto;
-		uint32_t len;
+		uint32_t len, cap = sizeof(buf) < s->max_send ? sizeof(buf) : s->max_send;
 
 		vbi_wire_put(buf, &h);
 		len = VBI_WIRE_HDR_LEN + vbi_peer_build_acks(p, s, buf + VBI_WIRE_HDR_LEN,
-							      sizeof(buf) - VBI_WIRE_HDR_LEN, &upto);
+							      cap - VBI_WIRE_HDR_LEN, &upto);
 		if (vbi_lane_send_ctrl(s, buf, len))
 			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
 				 vbi_errmsg());
@@ -490,10 +648,15 @@ static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool t
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;
 	/* the peer's DATA now comes on @s: older lanes are stale for it */
-	vbi_info("peer '%s': lane %u (QP %u on %s) active, epoch %u, %llu messages to retransmit",
-		 p->name, s->id, s->qp->qpn, s->dr->dev->caps.name, s->epoch,
-		 (unsigned long long)n);
+	vbi_info("peer '%s': lane %u (%s QP %u on %s) active, epoch %u, %llu messages to "
+		 "retransmit", p->name, s->id, vbi_path_mode_name((enum vb_qp_type)s->mode),
+		 s->qp->qpn, s->dr->dev->caps.name, s->epoch, (unsigned long long)n);
 	return old != s ? old : NULL;
+}
+
+static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell)
+{
+	return activate(p, s, tell, false);
 }
 
 /* The failure of lane @l (disruptive action @act): txlock held. Returns
@@ -512,6 +675,10 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 	if (l != active) {
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
+		if (l == p->probe) { /* the RC probe failed: the better mode is not back */
+			p->probe = NULL;
+			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
+		}
 		if (sb && sb != l) /* not the one that failed: keep it */
 			vbi_path_set_standby(&p->path, sb);
 		lane_retire_locked(l);
@@ -696,8 +863,12 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 	role = get32(pl + HELLO_ROLE);
 	uid = get64(pl + HELLO_UID);
 	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20) ||
-	    slot_size % 64 || role > VBI_LANE_REPLACE) {
+	    slot_size % 64 || role > VBI_LANE_PROBE) {
 		hello_bad(l, "HELLO with impossible slot geometry or role", true);
+		return;
+	}
+	if (get32(pl + HELLO_MODE) != l->mode) {
+		hello_bad(l, "HELLO announces another mode than the connection's", true);
 		return;
 	}
 	if (!p) {
@@ -748,6 +919,12 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 	/* Our HELLO consumed one of its slots before we knew the count. */
 	l->remote_slots = slots;
 	p->remote_slot_size = slot_size;
+	{
+		uint32_t ucp = get32(pl + HELLO_UC_PORT), udp = get32(pl + HELLO_UD_PORT);
+
+		p->uc_port = ucp <= 65535 ? (uint16_t)ucp : 0;
+		p->ud_port = udp <= 65535 ? (uint16_t)udp : 0;
+	}
 	pthread_mutex_unlock(&p->txlock);
 	atomic_store(&l->hello_rcvd, true);
 
@@ -772,6 +949,13 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 			  "RC QP %u on %s; the peer has %u slots of %u bytes", l->qp->qpn,
 			  l->dr->dev->caps.name, slots, slot_size);
 		vbi_peer_pev_flush(p);
+		vbi_maint_kick(node);
+		return;
+	}
+	if (role == VBI_LANE_PROBE) {
+		/* kept idle: the connector's maintenance thread reports it to the
+		 * policy and promotes it (a LANE frame tells this end) */
+		vbi_info("peer '%s': RC probe lane %u up (QP %u)", p->name, l->id, l->qp->qpn);
 		vbi_maint_kick(node);
 		return;
 	}
@@ -809,12 +993,47 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 
 /* ---- receive ------------------------------------------------------------------------------ */
 
+/* Testing the software reliability of UC/UD lanes: VERBUS_TEST_DROP_EVERY=N
+ * drops every N-th SEND/datagram received on such a lane (after its HELLO)
+ * as if the fabric had lost it: nothing of it is processed and its slot is
+ * not returned to the sender (a lost datagram's credit is lost too). 0 or
+ * unset: off. Read once. */
+static unsigned test_drop_every(void)
+{
+	static _Atomic int v = -1;
+	int r = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (r < 0) {
+		const char *e = getenv("VERBUS_TEST_DROP_EVERY");
+		long n = e && *e ? strtol(e, NULL, 10) : 0;
+
+		r = n > 1 && n < 1000000 ? (int)n : 0;
+		atomic_store_explicit(&v, r, memory_order_relaxed);
+	}
+	return (unsigned)r;
+}
+
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)
 {
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
 	bool bound = l->peer != NULL;
+	const uint8_t *data = slot->buf.addr;
 
+	if (l->mode == VB_QPT_UD) { /* a datagram: after the GRH */
+		byte_len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0;
+		data += VBI_UD_GRH;
+	}
+	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) && test_drop_every() &&
+	    ++l->rx_count % test_drop_every() == 0) {
+		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {
+			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+						     "receive repost failed" };
+
+			vbi_lane_report(l, v, "receive repost failed");
+		}
+		return;
+	}
 	if (bound)
 		pthread_rwlock_rdlock(&node->lock);
 	else
@@ -823,7 +1042,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
 	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
-		vbi_dispatch_frames(ctx, l, slot->buf.addr, byte_len);
+		vbi_dispatch_frames(ctx, l, data, byte_len);
 	}
 	pthread_rwlock_unlock(&node->lock);
 	if (atomic_load(&l->draining) || atomic_load(&l->dead))
@@ -995,21 +1214,39 @@ static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool 
 	return NULL;
 }
 
-/* Connector: build a lane of @role to @p. Maintenance thread, no lock held. */
-static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role)
+/* Connector: build a lane of @role and @mode to @p. Degraded (UC/UD)
+ * lanes go to the peer's UC/UD listener on its primary address, from our
+ * primary device. Maintenance thread, no lock held. */
+static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, enum vb_qp_type mode)
 {
 	struct vb_ctx *ctx = node->ctx;
 	const struct sockaddr_storage *dst = NULL;
+	struct sockaddr_storage dm;
 	struct vbi_devres *dr;
 	struct vbi_lane *l;
 	int rc;
 
 	pthread_mutex_lock(&p->txlock);
-	dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
+	if (mode == VB_QPT_RC) {
+		dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
+	} else {
+		uint16_t port = mode == VB_QPT_UC ? p->uc_port : p->ud_port;
+
+		dr = &ctx->dr[0];
+		dm = p->addr;
+		if (dm.ss_family == AF_INET)
+			((struct sockaddr_in *)&dm)->sin_port = htons(port);
+		else
+			((struct sockaddr_in6 *)&dm)->sin6_port = htons(port);
+		dst = &dm;
+		if (!port || atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
+			dr = NULL;
+	}
 	pthread_mutex_unlock(&p->txlock);
 	if (!dr)
-		return vbi_err(-ENETDOWN, "no device with a usable port towards '%s'", p->name);
-	rc = vbi_lane_new(node, dr, &l);
+		return vbi_err(-ENETDOWN, "no device or %s listener towards '%s'",
+			       vbi_path_mode_name(mode), p->name);
+	rc = vbi_lane_new(node, dr, mode, &l);
 	if (rc)
 		return rc;
 	/* bound before it connects: the peer's HELLO may arrive first */
@@ -1017,32 +1254,87 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role)
 	l->id = p->next_lane_id++;
 	l->role = role;
 	vbi_lane_bind(l, p);
+	if (role == VBI_LANE_PROBE)
+		p->probe = l;
 	pthread_mutex_unlock(&p->txlock);
 	rc = ctx->ops->connect(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp, &l->conn);
 	if (rc) {
 		char msg[VBI_ERRMSG_MAX];
 
 		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		pthread_mutex_lock(&p->txlock);
+		if (p->probe == l)
+			p->probe = NULL;
+		pthread_mutex_unlock(&p->txlock);
 		vbi_lane_destroy_now(l);
 		return vbi_err(rc, "%s", msg);
 	}
+	atomic_store(&l->conn_ready, true);
 	vbi_lane_send_hello(l);
 	return 0;
+}
+
+/*
+ * Degraded (connector): probe RC with an idle RC lane; every probe
+ * interval it is alive counts as a successful probe (core/path); when the
+ * policy says the hold has passed, it becomes the active lane (promotion:
+ * rewind, LANE frame, the peer follows). Maintenance thread.
+ */
+static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t ival = vbi_rto_ns();
+	struct vbi_lane *pl, *old = NULL;
+	int due;
+
+	pthread_mutex_lock(&p->txlock);
+	pl = p->probe;
+	if (!pl || !atomic_load(&pl->hello_rcvd) || atomic_load(&pl->dead) ||
+	    vbi_path_recovering(&p->path) || now - p->probe_ns < ival) {
+		pthread_mutex_unlock(&p->txlock);
+		return;
+	}
+	p->probe_ns = now;
+	atomic_fetch_add(&ctx->st.probes, 1);
+	due = vbi_path_probe(&p->path, VB_QPT_RC, 1, now);
+	if (due == 1) {
+		old = activate(p, pl, true, true);
+		if (old)
+			lane_retire_locked(old);
+	}
+	pthread_mutex_unlock(&p->txlock);
+	if (due == 1) {
+		vbi_peer_pev_flush(p);
+		vbi_maint_kick(node);
+	}
 }
 
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = node->ctx;
 	uint64_t now = vbi_mono_ns(), since;
-	bool need_lane, need_standby, waiting_hello = false;
+	bool need_lane, need_standby, need_probe, waiting_hello = false;
+	enum vb_qp_type mode;
+	struct vbi_lane *act;
 
 	pthread_mutex_lock(&p->txlock);
+	/* read with the lane under txlock (failures are decided under it): a
+	 * DEGRADE in between must not leave us building the old mode */
+	mode = vbi_path_mode(&p->path);
 	since = p->recover_since_ns;
-	need_lane = !vbi_path_lane(&p->path) && since;
-	need_standby = !need_lane && ctx->attr.standby && !vbi_path_has_standby(&p->path) && vbi_path_lane(&p->path);
+	act = vbi_path_lane(&p->path);
+	need_lane = !act && since;
+	need_standby = !need_lane && ctx->attr.standby && !vbi_path_has_standby(&p->path) && act &&
+		       act->mode == VB_QPT_RC && mode == VB_QPT_RC;
+	need_probe = !need_lane && act && mode != VB_QPT_RC && !p->probe &&
+		     !vbi_path_recovering(&p->path);
 	for (struct vbi_lane *l = p->lanes; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd))
+		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
 			waiting_hello = true;
+			/* an unreliable lane's HELLO may be lost: give up on it */
+			if (l->mode != VB_QPT_RC && now - l->created_ns > recover_timeout_ns(ctx))
+				lane_retire_locked(l);
+		}
 	pthread_mutex_unlock(&p->txlock);
 
 	if (need_lane && now - since > recover_timeout_ns(ctx)) {
@@ -1054,17 +1346,23 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		vbi_peer_failed(p, "no connection could be rebuilt in time");
 		return;
 	}
-	if (!p->connector || waiting_hello || (!need_lane && !need_standby) ||
+	if (p->connector && !need_lane && mode != VB_QPT_RC)
+		maint_probe(node, p, now);
+	if (!p->connector || waiting_hello || (!need_lane && !need_standby && !need_probe) ||
 	    now < p->warm_after_ns || atomic_load(&node->stop))
 		return;
-	if (build_lane(node, p, need_lane ? VBI_LANE_REPLACE : VBI_LANE_STANDBY)) {
+	if (build_lane(node, p,
+		       need_lane ? VBI_LANE_REPLACE : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
+		       need_lane ? mode : VB_QPT_RC)) {
 		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
 
+		if (need_probe)
+			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
 		p->warm_failures++;
 		p->warm_after_ns = vbi_mono_ns() + back;
 		vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
-			 need_lane ? "replacement" : "standby", (unsigned long long)(back / 1000000),
-			 vbi_errmsg());
+			 need_lane ? "replacement" : need_probe ? "RC probe" : "standby",
+			 (unsigned long long)(back / 1000000), vbi_errmsg());
 	} else {
 		p->warm_failures = 0;
 	}
@@ -1163,7 +1461,6 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 		struct vbt_sge sge = { (uintptr_t)s->hdr, VBI_WIRE_HDR_LEN, s->hdr_lkey };
 		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
 					  .flags = VBT_SEND_SIGNALED };
-		const struct vbt_send_wr *bad;
 
 		if (fault == VB_FAULT_LOC_PROT) {
 			/* a valid lkey over an address outside its region: a
@@ -1183,7 +1480,10 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 			wr.rkey = 0x12345678u;
 		}
 		s->signaled = true;
-		rc = vbt_post_send(l->qp, &wr, &bad);
+		if (l->mode == VB_QPT_UD && wr.opcode == VBT_WR_RDMA_WRITE)
+			rc = vbi_err(-EOPNOTSUPP, "no RDMA WRITE on a UD connection");
+		else
+			rc = vbi_lane_post_wr(l, &wr);
 		if (rc)
 			vbi_sring_untake(&l->sr);
 		else
@@ -1191,6 +1491,32 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 				 fault == VB_FAULT_LOC_PROT ? "SEND with a bad lkey"
 							    : "RDMA WRITE with a bad rkey");
 	}
+	vbi_rcu_leave();
+	pthread_mutex_unlock(&p->txlock);
+	pthread_rwlock_unlock(&node->lock);
+	return rc;
+}
+
+int vb_node_peer_mode(vb_node_t *node, const char *peer)
+{
+	struct vbi_peer *p;
+	int rc;
+
+	if (!node)
+		return vbi_err(-EINVAL, "vb_node_peer_mode: NULL node");
+	pthread_rwlock_rdlock(&node->lock);
+	for (p = node->peers; p; p = p->next)
+		if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
+		    (!peer || !strcmp(peer, p->name)))
+			break;
+	if (!p) {
+		pthread_rwlock_unlock(&node->lock);
+		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
+	}
+	pthread_mutex_lock(&p->txlock);
+	vbi_rcu_enter();
+	rc = vbi_peer_lane(p) && !vbi_path_recovering(&p->path) ? p->mode
+		: vbi_err(-ENOTCONN, "peer '%s' is recovering", p->name);
 	vbi_rcu_leave();
 	pthread_mutex_unlock(&p->txlock);
 	pthread_rwlock_unlock(&node->lock);
@@ -1212,14 +1538,18 @@ int vb_node_dump(vb_node_t *node, FILE *f)
 
 		pthread_mutex_lock(&p->txlock);
 		a = vbi_path_lane(&p->path);
-		fprintf(f, "  peer '%s'%s%s%s epoch %u%s, active lane %u, rx lane %u\n", p->name,
+		fprintf(f, "  peer '%s'%s%s%s epoch %u%s, mode %s (policy %s), active lane %u, "
+			"rx lane %u%s\n", p->name,
 			p->connector ? " (we connected)" : "", atomic_load(&p->up) ? " up" : "",
 			atomic_load(&p->dead) ? " dead" : "", vbi_path_epoch(&p->path),
-			vbi_path_recovering(&p->path) ? " recovering" : "", a ? a->id : 0,
-			p->rx_lane_id);
+			vbi_path_recovering(&p->path) ? " recovering" : "",
+			vbi_path_mode_name((enum vb_qp_type)p->mode),
+			vbi_path_mode_name(vbi_path_mode(&p->path)), a ? a->id : 0, p->rx_lane_id,
+			p->probe ? ", probing RC" : "");
 		for (struct vbi_lane *l = p->lanes; l; l = l->next)
-			fprintf(f, "    lane %u QP %u on %s %s%s%s%s credits %u sq %u/%u recvs %u "
-				"to_return %u\n", l->id, l->qp->qpn, l->dr->dev->caps.name,
+			fprintf(f, "    lane %u %s QP %u on %s %s%s%s%s credits %u sq %u/%u recvs %u "
+				"to_return %u\n", l->id, vbi_path_mode_name((enum vb_qp_type)l->mode),
+				l->qp->qpn, l->dr->dev->caps.name,
 				l == a ? "active" : "", atomic_load(&l->dead) ? " dead" : "",
 				atomic_load(&l->retiring) ? " retiring" : "",
 				atomic_load(&l->hello_rcvd) ? "" : " no-hello", vbi_lane_credits(l),

@@ -256,15 +256,19 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
  * on a newer lane abandons partial reassemblies (fragments restart there). */
 static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l)
 {
-	if (l->id < p->rx_lane_id) {
+	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
+
+	if (id < p->rx_lane_id) {
 		atomic_fetch_add_explicit(&ctx->st.stale_frames, 1, memory_order_relaxed);
 		return false;
 	}
-	if (l->id > p->rx_lane_id) {
+	if (id > p->rx_lane_id) {
 		if (p->rx_lane_id)
 			vbi_sub_peer_lane_changed(p->node, p);
-		p->rx_lane_id = l->id;
+		p->rx_lane_id = id;
 	}
+	/* go-back-N on UC/UD: a hole is a loss to recover, not a fault */
+	p->rx_unreliable = l->mode != VB_QPT_RC;
 	return true;
 }
 
@@ -312,8 +316,14 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 
 				pthread_mutex_lock(&p->txlock);
 				bad = l->returned_total + h.frag_off > l->sends_total;
-				if (!bad)
+				if (bad && l->mode != VB_QPT_RC) {
+					/* after a credit resync (lost datagrams
+					 * assumed): late returns only refill */
+					l->returned_total = l->sends_total;
+					bad = false;
+				} else if (!bad) {
 					l->returned_total += h.frag_off;
+				}
 				pthread_mutex_unlock(&p->txlock);
 				if (bad) {
 					atomic_fetch_add(&ctx->st.malformed, 1);
@@ -328,14 +338,24 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
 			break;
 		case VBI_WT_LANE:
+			if (h.seq > l->id && h.seq <= UINT32_MAX && !p->connector) {
+				/* a promoted probe lane, renumbered by the connector */
+				pthread_mutex_lock(&p->txlock);
+				__atomic_store_n(&l->id, (uint32_t)h.seq, __ATOMIC_RELAXED);
+				pthread_mutex_unlock(&p->txlock);
+			}
 			if (data_lane_ok(ctx, p, l))
 				vbi_lane_on_switch(l);
+			break;
+		case VBI_WT_NAK:
+			atomic_fetch_add(&ctx->st.naks_received, 1);
+			vbi_pub_on_nak(p->node, p, &h);
 			break;
 		case VBI_WT_BYE:
 			p->remote_closed = true;
 			vbi_peer_failed(p, "closed by the peer");
 			return;
-		default: /* NAK/HEARTBEAT on RC: nothing to do */
+		default: /* HEARTBEAT: nothing to do */
 			break;
 		}
 	}
@@ -359,19 +379,28 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 		return 0;
 	do {
 		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+		bool nak = r && r->nak_pending;
 
-		if (off + VBI_WIRE_HDR_LEN > cap)
+		if (off + VBI_WIRE_HDR_LEN * (nak ? 2u : 1u) > cap)
 			break;
 		if (r) {
 			h.session = r->session;
 			h.topic = r->topic;
 			h.seq = r->rx.next - 1;
-			r = r->next_dirty;
 		}
 		if (!off)
 			h.frag_off = l->to_return;
 		vbi_wire_put(buf + off, &h);
 		off += VBI_WIRE_HDR_LEN;
+		if (nak) { /* go-back-N: resend from the first missing message */
+			struct vbi_wire_hdr n = { .type = VBI_WT_NAK, .session = r->session,
+						  .topic = r->topic, .seq = r->rx.next };
+
+			vbi_wire_put(buf + off, &n);
+			off += VBI_WIRE_HDR_LEN;
+		}
+		if (r)
+			r = r->next_dirty;
 	} while (r);
 	*upto = r;
 	return off;
@@ -388,6 +417,11 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 		p->dirty = d->next_dirty;
 		d->in_dirty = false;
 		d->ack_urgent = false;
+		if (d->nak_pending) {
+			d->nak_pending = false;
+			atomic_fetch_add_explicit(&p->node->ctx->st.naks_sent, 1,
+						  memory_order_relaxed);
+		}
 		d->acked_sent = d->rx.next - 1;
 	}
 	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
@@ -452,6 +486,22 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 
 	if (p->dead || p->closing || !p->up)
 		return false;
+	{
+		/* an accepted UD lane's HELLO answer deferred until its
+		 * accept() returned (vbi_lane_send_hello) */
+		struct vbi_lane *hl = NULL;
+
+		vbi_rcu_enter(); /* lanes are freed after a grace period */
+		pthread_mutex_lock(&p->txlock);
+		for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next)
+			if (atomic_load(&o->hello_deferred) && atomic_load(&o->conn_ready) &&
+			    !atomic_load(&o->dead))
+				hl = o;
+		pthread_mutex_unlock(&p->txlock);
+		if (hl)
+			vbi_lane_send_hello(hl);
+		vbi_rcu_leave();
+	}
 	if (p->subs_pending)
 		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
 	/* Data held for batching goes once it is batch_us old. */
@@ -463,11 +513,15 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	pthread_mutex_lock(&p->txlock);
 	l = vbi_peer_lane(p);
 	if (l && atomic_load(&l->hello_rcvd)) {
+		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
+
+		if (l->mode != VB_QPT_RC)
+			vbi_lane_check_timers(p, l, vbi_mono_ns());
 		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
 			urgent |= r->ack_urgent;
 		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
 		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
-		if (due && (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto)) &&
+		if (due && (len = vbi_peer_build_acks(p, l, buf, cap, &upto)) &&
 		    vbi_lane_send_ctrl(l, buf, len) == 0)
 			vbi_peer_acks_sent(p, l, upto);
 		keepalive(p, l, buf);
@@ -565,7 +619,8 @@ static int make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 static void accept_loop(struct vb_node *node, unsigned idx)
 {
 	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx];
+	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
+	enum vb_qp_type mode = node->listener[idx]->type;
 	struct vbt_conn_param cp = ctx->cp;
 	struct vbi_lane *l = NULL;
 
@@ -575,7 +630,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	while (!atomic_load(&node->stop)) {
 		int rc;
 
-		if (!l && vbi_lane_new(node, dr, &l)) {
+		if (!l && vbi_lane_new(node, dr, mode, &l)) {
 			vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
 			struct timespec ts = { 0, 100000000 };
 
@@ -596,6 +651,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 		 * arrive as soon as our QP is in RTR): then it is bound. Our
 		 * HELLO answers it, from the progress thread, once the lane is
 		 * bound (one thread, one lock: the lane's lock changes then). */
+		atomic_store(&l->conn_ready, true); /* UD: its HELLO may be answered */
 		pthread_rwlock_wrlock(&node->lock);
 		if (!l->peer) {
 			l->next = node->pending;
@@ -620,16 +676,33 @@ static void *accept_main1(void *arg)
 	return NULL;
 }
 
+static void *accept_main2(void *arg)
+{
+	accept_loop(arg, 2);
+	return NULL;
+}
+
+static void *accept_main3(void *arg)
+{
+	accept_loop(arg, 3);
+	return NULL;
+}
+
+/* Listener @idx: 0 RC on the primary device, 1 RC on the standby device,
+ * 2 UC and 3 UD on the primary device (any port: announced in HELLO). */
 static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
 {
+	static void *(*const mains[4])(void *) = { accept_main0, accept_main1, accept_main2,
+						   accept_main3 };
+	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
 	struct vb_ctx *ctx = node->ctx;
 	struct sockaddr_storage ss;
 	int rc;
 
 	rc = make_addr(ip, port, &ss);
 	if (!rc)
-		rc = ctx->ops->listen(ctx->dr[idx].dev, VB_QPT_RC, (struct sockaddr *)&ss,
-				      &node->listener[idx]);
+		rc = ctx->ops->listen(ctx->dr[idx == 1 ? 1 : 0].dev, types[idx],
+				      (struct sockaddr *)&ss, &node->listener[idx]);
 	if (rc)
 		return rc;
 	if (idx == 1) {
@@ -641,8 +714,7 @@ static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint1
 			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
 				htons(node->listener[1]->port);
 	}
-	rc = -pthread_create(&node->accept_thread[idx], NULL, idx ? accept_main1 : accept_main0,
-			     node);
+	rc = -pthread_create(&node->accept_thread[idx], NULL, mains[idx], node);
 	if (rc)
 		return vbi_err(rc, "accept thread: %s", strerror(-rc));
 	node->accepting[idx] = true;
@@ -676,6 +748,12 @@ int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
 		if (rc)
 			goto err;
 		node->port = node->listener[0]->port;
+		/* UC and UD listeners for degraded lanes (a node that cannot
+		 * have them keeps RC only: its peers do not degrade) */
+		for (unsigned i = 2; i < 4; i++)
+			if (node_listen(node, i, attr->listen_ip, 0))
+				vbi_warn("no %s listener (no degradation to it): %s",
+					 i == 2 ? "UC" : "UD", vbi_errmsg());
 		/* A standby listener on the context's second device: peers
 		 * connect their standby lanes there (it is in our HELLO). */
 		if (ctx->ndev > 1 && ctx->attr.standby_ip) {
@@ -692,7 +770,7 @@ int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
 	return 0;
 err:
 	vbi_maint_stop(node);
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
 			pthread_join(node->accept_thread[i], NULL);
 		if (node->listener[i])
@@ -754,6 +832,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	if (!p)
 		return vbi_err_prefix(-ENOMEM, "connect to %s", where);
 	p->connector = true;
+	vbi_peer_allow_degrade(p); /* we build its lanes: we may degrade them */
 	p->addr = *addr;
 	if (alt)
 		p->alt_addr = *alt;
@@ -761,7 +840,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
 		goto err_peer;
 	}
-	if ((rc = vbi_lane_new(node, &ctx->dr[0], &l)))
+	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, &l)))
 		goto err_count;
 	pthread_mutex_lock(&p->txlock);
 	l->id = p->next_lane_id++;
@@ -778,6 +857,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 		vbi_err_prefix(rc, "connect to %s", where);
 		goto err_linked;
 	}
+	atomic_store(&l->conn_ready, true);
 	vbi_lane_send_hello(l);
 	/* The handshake is complete when the peer's HELLO has arrived. */
 	t0 = now_ms();
@@ -926,7 +1006,7 @@ int vb_node_destroy(vb_node_t *node)
 	}
 	pthread_rwlock_unlock(&node->lock);
 	vbi_maint_stop(node); /* sets stop: accept threads end too */
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
 			pthread_join(node->accept_thread[i], NULL);
 		if (node->listener[i])

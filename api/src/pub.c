@@ -118,8 +118,11 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 				  (unsigned long long)h->seq);
 			return;
 		}
-		if (h->seq > pp->acked)
+		if (h->seq > pp->acked) {
 			pp->acked = h->seq;
+			pp->progress_ns = vbi_mono_ns();
+			pp->rto_shift = 0;
+		}
 		before = pub->quorum_seq;
 		win_before = pub->win.acked;
 		after = pub_release(pub);
@@ -130,6 +133,81 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 			pub->attr.on_ack(pub, after, pub->attr.arg);
 		return;
 	}
+}
+
+/*
+ * NAK (from a subscriber on a UC/UD lane): it has everything before h->seq
+ * (an implied ACK) and lost h->seq. Go-back-N: the cursor goes back to
+ * h->seq - 1 and everything from there is sent again (the receiver dropped
+ * what came after the hole). A NAK repeating the one just acted upon is
+ * ignored for an RTO/2 (what we resent is still on its way). Progress
+ * context.
+ */
+void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t now = vbi_mono_ns(), n = 0;
+
+	if (!h->session || !h->seq)
+		return;
+	if (h->seq > 1) {
+		struct vbi_wire_hdr a = *h;
+
+		a.type = VBI_WT_ACK;
+		a.seq = h->seq - 1;
+		vbi_pub_on_ack(node, peer, &a);
+	}
+	pthread_mutex_lock(&peer->txlock);
+	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
+		struct vb_pub *pub = pp->pub;
+
+		if (pub->session != h->session || pub->topic_id != h->topic)
+			continue;
+		pthread_mutex_lock(&pub->lock);
+		if (!pp->dead && h->seq <= pp->high + 1 && h->seq > pp->acked &&
+		    (pp->sent >= h->seq || (pp->frag_sent && pp->sent + 1 == h->seq)) &&
+		    (h->seq != pp->nak_seq || now - pp->nak_ns >= vbi_rto_ns() / 2)) {
+			n = pp->sent - (h->seq - 1);
+			pp->sent = h->seq - 1;
+			pp->frag_sent = 0;
+			pp->nak_seq = h->seq;
+			pp->nak_ns = now;
+			pp->progress_ns = now;
+		}
+		pthread_mutex_unlock(&pub->lock);
+		break;
+	}
+	pthread_mutex_unlock(&peer->txlock);
+	if (n)
+		atomic_fetch_add(&ctx->st.retransmits, n);
+}
+
+/*
+ * Retransmission timeout on a UC/UD lane (txlock held): a cursor with
+ * unacknowledged messages and no acknowledgement progress for @rto_ns goes
+ * back to what was acknowledged (tail loss: no later message arrives to
+ * reveal the hole, or the ACKs were lost). Consecutive timeouts without
+ * progress back off exponentially (up to 16 x @rto_ns: a far end that is
+ * gone is not flooded). Returns the messages to resend.
+ */
+uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_ns)
+{
+	uint64_t n = 0;
+
+	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
+		pthread_mutex_lock(&pp->pub->lock);
+		if (!pp->dead && pp->high > pp->acked &&
+		    now_ns - pp->progress_ns > rto_ns << pp->rto_shift) {
+			n += pp->sent > pp->acked ? pp->sent - pp->acked : 0;
+			pp->sent = pp->acked;
+			pp->frag_sent = 0;
+			pp->progress_ns = now_ns;
+			if (pp->rto_shift < 4)
+				pp->rto_shift++;
+		}
+		pthread_mutex_unlock(&pp->pub->lock);
+	}
+	return n;
 }
 
 /* ---- attaching subscribers (node->lock held for writing) ------------------------------ */
@@ -272,6 +350,8 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	int rc;
 
 	pthread_mutex_lock(&pub->lock);
+	if (pp->high <= pp->acked)
+		pp->progress_ns = vbi_mono_ns(); /* nothing outstanding: the RTO starts now */
 	if (pp->sent < pp->acked) {
 		/* rewound by a failover, then acknowledged past that point by
 		 * ACKs still in flight: what it acknowledged is gone from the
@@ -304,7 +384,6 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 		};
 		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = sge, .num_sge = 2,
 					  .opcode = VBT_WR_SEND };
-		const struct vbt_send_wr *bad;
 		bool copy = m->dr != l->dr;
 
 		if (!pp->frag_sent)
@@ -330,7 +409,7 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 			l->sr.since_signal = 0;
 			s->signaled = true;
 		}
-		rc = vbt_post_send(l->qp, &wr, &bad);
+		rc = vbi_lane_post_wr(l, &wr);
 		if (rc) {
 			if (s->msg) {
 				s->msg = NULL;
@@ -418,6 +497,10 @@ void vbi_peer_flush(struct vbi_peer *p)
 		cap = p->remote_slot_size;
 	vbi_rcu_enter();
 	l = vbi_peer_lane(p);
+	if (l && cap > l->max_send)
+		cap = l->max_send; /* UD: a datagram */
+	if (l && l->mode == VB_QPT_UD && p->remote_slot_size && cap > p->remote_slot_size - VBI_UD_GRH)
+		cap = p->remote_slot_size - VBI_UD_GRH;
 	while (l && !p->dead && !p->closing && p->up && atomic_load(&l->hello_rcvd)) {
 		struct vbi_pubpeer *pp;
 		int rc;
@@ -463,6 +546,8 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 			pp->sent = pp->acked;
 		}
 		pp->frag_sent = 0;
+		pp->progress_ns = vbi_mono_ns();
+		pp->rto_shift = 0;
 		pthread_mutex_unlock(&pp->pub->lock);
 	}
 	return n;

@@ -54,6 +54,8 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 	vbi_rx_init(&r->rx, sub->cls == VB_ORDERED ? VBI_RX_ORDERED : VBI_RX_FANOUT);
 	vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
 	r->acked_sent = 0;
+	r->nak_seq = 0;
+	r->nak_ms = 0;
 	atomic_fetch_add(&sub->publishers, 1);
 }
 
@@ -134,12 +136,14 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
  * ACK for it may have been lost with the old connection; without a new ACK
  * a publisher whose window holds only such messages would wait forever.
  */
-static void ack_owed_locked(struct vbi_rxs *r, bool urgent)
+static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 {
 	struct vbi_peer *p = r->peer;
 
 	if (urgent)
 		r->ack_urgent = true;
+	if (nak)
+		r->nak_pending = true;
 	if (!r->in_dirty) {
 		r->in_dirty = true;
 		r->next_dirty = p->dirty;
@@ -147,12 +151,12 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent)
 	}
 }
 
-static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered)
+static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered, bool nak)
 {
 	struct vbi_peer *p = r->peer;
 
 	pthread_mutex_lock(&p->txlock);
-	ack_owed_locked(r, urgent);
+	ack_owed_locked(r, urgent, nak);
 	if (delivered)
 		p->delivered_since_ack++;
 	pthread_mutex_unlock(&p->txlock);
@@ -167,7 +171,24 @@ void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer)
 	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
 		for (struct vbi_rxs *r = sub->streams; r; r = r->next)
 			if (r->peer == peer && r->rx.started)
-				ack_owed_locked(r, true);
+				ack_owed_locked(r, true, false);
+}
+
+/*
+ * ORDERED over a UC/UD lane lost something before what just arrived
+ * (go-back-N): what arrived is dropped, and a NAK for the first missing
+ * message rides the next ACKs (urgently). The same hole is NAKed again
+ * only after VBI_NAK_RETRY_MS (the publisher's RTO covers lost NAKs too).
+ */
+static void nak_owed(struct vbi_rxs *r)
+{
+	uint64_t now = vbi_now_ms();
+
+	if (r->nak_seq == r->rx.next && now - r->nak_ms < VBI_NAK_RETRY_MS)
+		return;
+	r->nak_seq = r->rx.next;
+	r->nak_ms = now;
+	ack_owed(r, true, false, true);
 }
 
 static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
@@ -183,9 +204,13 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 		atomic_fetch_add(&sub->duplicates, 1);
 		atomic_fetch_add_explicit(&ctx->st.duplicates, 1, memory_order_relaxed);
 		if (r->peer) /* ORDERED: see ack_owed() */
-			ack_owed(r, true, false);
+			ack_owed(r, true, false, false);
 		return;
 	case VBI_RX_AHEAD:
+		if (r->peer && r->peer->rx_unreliable) {
+			nak_owed(r);
+			return;
+		}
 		/* RC delivers in order: a hole means a protocol fault upstream. */
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "",
@@ -208,7 +233,7 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
 	sub->attr.on_msg(sub, &msg, sub->attr.arg);
 	if (r->peer) /* ORDERED: acknowledge (urgently when the publisher asked) */
-		ack_owed(r, h->flags & VBI_WF_ACK_REQ, true);
+		ack_owed(r, h->flags & VBI_WF_ACK_REQ, true, false);
 }
 
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
@@ -248,6 +273,11 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	} else if (rc == -EAGAIN) {
 		vbi_error("'%s' seq %llu: no memory to reassemble %u bytes", sub->topic,
 			  (unsigned long long)h->seq, h->msg_len);
+	} else if (rc == -EPROTO && peer && peer->rx_unreliable) {
+		/* a fragment was lost on a UC/UD lane: the message restarts from
+		 * its first fragment once NAKed (unless it is one we have) */
+		if (!vbi_rx_is_duplicate(&r->rx, h->session, h->seq))
+			nak_owed(r);
 	} else if (rc == -EPROTO && peer) {
 		/* ORDERED rides RC, which delivers fragments in order: one that
 		 * does not continue the message is the peer's protocol fault. */

@@ -47,7 +47,10 @@
 
 #define VBI_TOPIC_MAX 63
 #define VBI_NAME_MAX 32
-#define VBI_HELLO_VERSION 2 /* 2: lanes (node uid, lane id, role, standby address) */
+#define VBI_HELLO_VERSION 3 /* 2: lanes (node uid, lane id, role, standby address);
+			     * 3: + lane mode, UC/UD listener ports (degradation) */
+#define VBI_RTO_MS_DEFAULT 100 /* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
+#define VBI_NAK_RETRY_MS 20    /* a NAK for the same hole is repeated at most this often */
 #define VBI_UD_GRH 40
 #define VBI_MAX_STREAMS_PER_SUB 1024 /* publisher sessions per subscriber */
 
@@ -137,6 +140,12 @@ struct vbi_pubpeer {
 	uint64_t acked;          /* ORDERED: highest seq it acknowledged */
 	uint64_t joined;         /* seq before its first message */
 	uint32_t frag_sent;      /* ORDERED: bytes of message sent+1 already framed */
+	uint64_t progress_ns;    /* unreliable lanes: last ACK progress, rewind, or start
+				  * of unacknowledged data (the RTO runs from it) */
+	unsigned rto_shift;      /* consecutive RTOs without progress: the next waits
+				  * RTO << rto_shift (up to 16 x) */
+	uint64_t nak_seq;        /* last NAK acted upon (seq) ... */
+	uint64_t nak_ns;         /* ... and when */
 	bool dead;
 	bool mcast;              /* FANOUT: reached through the publisher's group */
 };
@@ -160,6 +169,9 @@ struct vbi_rxs {
 	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged */
 	uint64_t last_ms;        /* last message (stream reuse at the bound) */
 	bool ack_urgent;
+	bool nak_pending;        /* unreliable lane: a NAK for rx.next rides the next ACKs */
+	uint64_t nak_seq;        /* last NAK sent (first missing seq) ... */
+	uint64_t nak_ms;         /* ... and when */
 	struct vbi_rxs *next_dirty; /* peer's list of streams to acknowledge */
 	bool in_dirty;
 };
@@ -169,14 +181,20 @@ enum vbi_lane_role {
 	VBI_LANE_PRIMARY = 0,    /* the first connection between two nodes */
 	VBI_LANE_STANDBY = 1,    /* pre-warmed in RTS, takes over on a failure */
 	VBI_LANE_REPLACE = 2,    /* built after a failure with no standby left */
+	VBI_LANE_PROBE = 3,      /* degraded path: an RC lane probing whether RC works
+				  * again; promoted to active when the policy says so */
 };
 
 /*
- * A lane: one RC connection between two nodes (QP, CM state, receive
+ * A lane: one connection between two nodes (QP, CM state, receive
  * slots, a send ring, credits). A peer has one active lane (published
  * through its core/path, RCU-protected), at most one standby, and lanes
  * being retired. Lanes pair up 1:1 with the remote's (one connection);
  * the connecting side numbers them (@id, increasing).
+ * A lane has a mode: RC normally; UC or UD when the path is degraded
+ * (lane.c, "degradation"): those carry ORDERED data with software
+ * reliability on top (go-back-N on NAK, a retransmission timeout, credit
+ * resynchronisation), see docs/recovery.md.
  * Everything except the atomics is under *@lk: the peer's txlock once the
  * lane is bound to a peer, its own lock before (an accepted connection
  * whose HELLO has not arrived yet).
@@ -192,6 +210,12 @@ struct vbi_lane {
 	struct vbt_conn *conn;
 	uint32_t id;             /* connector-assigned lane number */
 	uint8_t role;            /* enum vbi_lane_role */
+	uint8_t mode;            /* enum vb_qp_type: RC, or UC/UD when degraded */
+	uint32_t max_send;       /* largest SEND / datagram payload we may post */
+	atomic_bool conn_ready;  /* @conn is set (UD sends need its address) */
+	atomic_bool hello_deferred; /* our HELLO waits for conn_ready (UD, accepted) */
+	uint64_t last_returned;  /* unreliable: returned_total at the last check ... */
+	uint64_t credit_ns;      /* ... and when it last moved (credit resync) */
 	uint32_t epoch;          /* path epoch it was published with */
 	atomic_bool dead;        /* failed or being retired: no more posts */
 	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
@@ -215,11 +239,13 @@ struct vbi_lane {
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
+	uint64_t rx_count;       /* receives (progress context): test loss injection */
 };
 
 /* A path event recorded under txlock, reported after it is dropped. */
 struct vbi_pev {
 	uint8_t type;            /* enum vbi_path_ev_type */
+	uint8_t from, to;        /* DEGRADE / PROMOTE: lane modes */
 	uint64_t outage_ns;
 	const char *reason;
 };
@@ -247,6 +273,11 @@ struct vbi_peer {
 	unsigned warm_failures;  /* connector: consecutive lane-building failures
 				  * (maintenance thread only) */
 	uint64_t warm_after_ns;  /* ... next attempt not before */
+	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
+	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
+	struct vbi_lane *probe;  /* connector, degraded: the RC probe lane (txlock) */
+	uint64_t probe_ns;       /* last probe reported (maintenance thread) */
+	uint16_t uc_port, ud_port; /* its UC / UD listeners (HELLO; 0: none) */
 	struct vbi_pev pev[8];   /* path events to report (txlock) */
 	unsigned npev;
 
@@ -271,7 +302,7 @@ struct vbi_peer {
 	uint64_t last_rx_ms;     /* when data last arrived (idle ACK timer) */
 
 	/* the remote node */
-	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) */
+	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) (FANOUT) */
 	struct vbt_ah *ah;       /* towards its UD QP */
 	struct vbi_rsub *rsubs;  /* its subscriptions (node->lock) */
 };
@@ -328,10 +359,11 @@ struct vb_node {
 	struct vb_sub *subs;
 	unsigned npeers_up;
 
-	/* listeners: [0] on the primary device, [1] on the standby device */
-	struct vbt_listener *listener[2];
-	pthread_t accept_thread[2];
-	bool accepting[2];
+	/* listeners: [0] RC on the primary device, [1] RC on the standby
+	 * device, [2] UC and [3] UD on the primary device (degraded lanes) */
+	struct vbt_listener *listener[4];
+	pthread_t accept_thread[4];
+	bool accepting[4];
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */
@@ -399,6 +431,8 @@ struct vb_ctx {
 		atomic_uint_fast64_t backpressure, acks_sent, acks_received;
 		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
 		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
+		atomic_uint_fast64_t degrades, promotions, naks_sent, naks_received;
+		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives;
 	} st;
@@ -424,7 +458,11 @@ uint64_t vbi_mono_ns(void);
 /* lane.c: lanes, failover, the maintenance thread */
 void vbi_rcu_enter(void);  /* registers the thread on first use, then read-locks */
 void vbi_rcu_leave(void);
-int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, struct vbi_lane **out);
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode,
+		 struct vbi_lane **out);
+int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
+void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
+uint64_t vbi_rto_ns(void);
 void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
 int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool last);
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
@@ -439,6 +477,7 @@ void vbi_lane_on_switch(struct vbi_lane *l);
 void vbi_peer_handle_failures(struct vb_ctx *ctx);
 void vbi_peer_pev_flush(struct vbi_peer *p);
 int vbi_peer_init_path(struct vbi_peer *p);
+void vbi_peer_allow_degrade(struct vbi_peer *p);
 void vbi_dev_event(const struct vbt_event *ev, void *arg);
 int vbi_maint_start(struct vb_node *node);
 void vbi_maint_stop(struct vb_node *node);
@@ -469,6 +508,8 @@ void vbi_node_backup_step(struct vb_node *node);
 /* pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);
 void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
+void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
+uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_ns);
 void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer);
 void vbi_pub_detach_peer(struct vbi_peer *peer);
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);

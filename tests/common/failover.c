@@ -106,7 +106,8 @@ static void on_event(const vb_event_t *ev, void *arg)
 	if (cfg->quiet)
 		return;
 	if (ev->type == VB_EV_FAILOVER || ev->type == VB_EV_RECOVERED ||
-	    ev->type == VB_EV_PATH_DOWN || ev->type == VB_EV_PEER_DOWN)
+	    ev->type == VB_EV_PATH_DOWN || ev->type == VB_EV_PEER_DOWN ||
+	    ev->type == VB_EV_DEGRADED || ev->type == VB_EV_PROMOTED)
 		fprintf(stderr, "  [%s] event %d peer '%s': %s\n", (const char *)arg, (int)ev->type,
 			ev->peer, ev->detail);
 }
@@ -118,6 +119,11 @@ static void ctx_attr(vb_ctx_attr_t *a, const char *who)
 	a->standby_ip = cfg->standby_ip;
 	a->on_event = on_event;
 	a->event_arg = (void *)who;
+}
+
+static uint64_t run_timeout_ms(void)
+{
+	return (cfg->timeout_s ? cfg->timeout_s : 200) * 1000ull;
 }
 
 /* Before fault @k: a warm standby on this side (bounded wait). */
@@ -137,17 +143,28 @@ static void wait_standby(vb_ctx_t *ctx, unsigned k)
 	fprintf(stderr, "  (no warm standby before fault %u after 60 s: it goes ahead)\n", k);
 }
 
+static unsigned cur_fault; /* the fault being caused (fault_ctx may mark it) */
+
+void vbt_fo_mark_fault(void)
+{
+	ST(&sh->fault_ns[cur_fault], mono_ns());
+}
+
 /* Cause the faults whose thresholds @count has reached. */
 static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 {
 	unsigned k = sh->faults;
 	int rc;
 
-	if (k >= cfg->nfaults || count < (cfg->msgs * (k + 1)) / (cfg->nfaults + 1))
+	if (k >= cfg->nfaults)
+		return;
+	if (count < (cfg->fault_at[k] ? cfg->fault_at[k]
+				      : (cfg->msgs * (k + 1)) / (cfg->nfaults + 1)))
 		return;
 	wait_standby(ctx, k);
 	ST(&sh->fault_ns[k], mono_ns());
-	rc = cfg->fault(node, k, cfg->arg);
+	cur_fault = k;
+	rc = cfg->fault_ctx ? cfg->fault_ctx(ctx, node, k, cfg->arg) : cfg->fault(node, k, cfg->arg);
 	if (rc)
 		fprintf(stderr, "  fault %u not caused: %d %s\n", k, rc, vb_errmsg());
 	ST(&sh->faults, k + 1);
@@ -298,10 +315,16 @@ static int sub_main(void *arg)
 			fprintf(stderr, "  %s: published %" PRIu64 ", delivered %" PRIu64 ", faults %u\n",
 				cfg->name, pubd, deld, LD(&sh->faults));
 		}
-		if (vbt_now_ms() - t0 > 200000) { /* under ctest's 300 s, so restore runs */
-			snprintf(sh->why, sizeof(sh->why), "sub: not everything arrived in 200 s");
+		if (vbt_now_ms() - t0 > run_timeout_ms()) { /* under ctest's, so restore runs */
+			snprintf(sh->why, sizeof(sh->why), "sub: not everything arrived in %u s",
+				 (unsigned)(run_timeout_ms() / 1000));
 			goto out_subs;
 		}
+	}
+	if (cfg->settle && cfg->side == VBT_FO_SUB && !LD(&sh->abort) &&
+	    cfg->settle(ctx, node, cfg->arg)) {
+		snprintf(sh->why, sizeof(sh->why), "sub: settle: %s", vb_errmsg());
+		goto out_subs;
 	}
 	/* For comparison: fresh RC connections (CM + handshake), same run;
 	 * the median of 5. */
@@ -392,7 +415,7 @@ static void *pub_thread(void *arg)
 			p->rc = rc;
 			break;
 		}
-		if (LD(&sh->abort) || LD(&sh->sub_done) || vbt_now_ms() - t0 > 200000) {
+		if (LD(&sh->abort) || LD(&sh->sub_done) || vbt_now_ms() - t0 > run_timeout_ms()) {
 			snprintf(sh->why, sizeof(sh->why), "publish topic %u stuck at #%" PRIu64,
 				 p->t, i);
 			p->rc = -ETIMEDOUT;
@@ -418,7 +441,7 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 
 	memset(res, 0, sizeof(*res));
 	if (!c->topics || c->topics > VBT_FO_MAX_TOPICS || c->nfaults > VBT_FO_MAX_FAULTS ||
-	    !c->msgs || !c->fault)
+	    !c->msgs || (!c->fault && !c->fault_ctx))
 		return -EINVAL;
 	cfg = c;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -501,9 +524,10 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 			}
 	ST(&sh->pub_done, 1);
 	for (t0 = vbt_now_ms(); !LD(&sh->sub_done); usleep(2000))
-		if (vbt_now_ms() - t0 > 30000) {
+		if (vbt_now_ms() - t0 > (c->settle ? 90000u : 30000u)) {
 			rc = -ETIMEDOUT;
-			snprintf(res->why, sizeof(res->why), "subscriber did not finish in 30 s");
+			snprintf(res->why, sizeof(res->why), "subscriber did not finish in %u s",
+				 c->settle ? 90u : 30u);
 			goto out;
 		}
 out:

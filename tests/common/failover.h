@@ -52,6 +52,17 @@ struct vbt_fo_cfg {
 	const char *standby_ip;    /* second device's address, NULL: one device */
 	bool wait_standby;         /* wait for a warm standby before each fault */
 	bool quiet;
+	/* Optional (zero: the defaults). */
+	uint64_t fault_at[VBT_FO_MAX_FAULTS]; /* messages (topic 0) before fault k;
+					 * 0: evenly spread over the stream */
+	/* @side == VBT_FO_SUB: after everything arrived, before the stats are
+	 * taken (e.g. wait for a recovery to finish): 0, or negative = the run
+	 * fails (a message in vb_errmsg()/stderr). Bounded by the callee. */
+	int (*settle)(vb_ctx_t *ctx, vb_node_t *node, void *arg);
+	/* Instead of @fault when set: the same with the faulting side's context
+	 * (its stats tell whether a previous fault is still being recovered). */
+	int (*fault_ctx)(vb_ctx_t *ctx, vb_node_t *node, unsigned k, void *arg);
+	unsigned timeout_s;        /* bound on the stream, 0: 200 s */
 };
 
 struct vbt_fo_result {
@@ -73,6 +84,10 @@ int vbt_fo_fault_loc_prot(vb_node_t *node, unsigned k, void *arg);
 int vbt_fo_fault_rem_access(vb_node_t *node, unsigned k, void *arg);
 /* Runs the shell command in @arg (a const char *), e.g. "ip link set d0 down". */
 int vbt_fo_fault_shell(vb_node_t *node, unsigned k, void *arg);
+
+/* From a fault_ctx hook that waits before causing its fault: the fault
+ * happens now (what fault -> first delivery is measured from). */
+void vbt_fo_mark_fault(void);
 
 /* p-th percentile (0..100) of @n values (sorted in place). */
 uint64_t vbt_fo_pct(uint64_t *v, unsigned n, double p);

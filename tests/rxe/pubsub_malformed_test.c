@@ -52,12 +52,13 @@
 #include "tests/common/rxe_env.h"
 #include "transport/transport.h"
 
-/* HELLO payload as api/src/lane.c lays it out (little-endian, version 2). */
+/* HELLO payload as api/src/lane.c lays it out (little-endian, version 3). */
 enum {
 	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
 	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
 	HELLO_UID = 72, HELLO_LANE = 80, HELLO_ROLE = 84,
-	HELLO_LEN = 112,
+	HELLO_MODE = 112, /* 0: RC, the mode of the raw connection */
+	HELLO_LEN = 124,
 };
 
 #define T_ORDERED "good.ordered"
@@ -467,7 +468,7 @@ static uint32_t hello(uint8_t *buf, uint32_t slots, uint32_t slot_size, uint32_t
 
 	vbi_wire_put(buf, &h);
 	memset(pl, 0, HELLO_LEN);
-	put32le(pl + HELLO_VERSION, 2);
+	put32le(pl + HELLO_VERSION, 3);
 	put32le(pl + HELLO_UID, 0x5a5a0001u);
 	put32le(pl + HELLO_UID + 4, (uint32_t)getpid());
 	put32le(pl + HELLO_LANE, 1);

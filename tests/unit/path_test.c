@@ -240,6 +240,8 @@ static void test_degrade_by_failure_rate(void **state)
 	assert_int_equal(d.action, VBI_PATH_DEGRADE);
 	assert_int_equal(d.mode, VB_QPT_UC);
 	assert_ptr_equal(d.lane, L(5));
+	/* the policy's mode leads the published lane's (still the RC one) */
+	assert_int_equal(vbi_path_mode(&p), VB_QPT_UC);
 	assert_int_equal(log.n, 1);
 	assert_int_equal(log.ev[0].type, VBI_PATH_EV_DEGRADE);
 	assert_int_equal(log.ev[0].from, VB_QPT_RC);
@@ -267,6 +269,7 @@ static void test_degrade_by_failure_rate(void **state)
 	d = fail_cycle(&p, t + 120 * MS, 9);
 	assert_int_equal(d.action, VBI_PATH_DEGRADE);
 	assert_int_equal(d.mode, VB_QPT_UD);
+	assert_int_equal(vbi_path_mode(&p), VB_QPT_UD);
 	/* UD is the floor: more failures rebuild, never degrade */
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(fail_cycle(&p, t + (130 + i) * MS, 10).action, VBI_PATH_REBUILD);

@@ -122,6 +122,14 @@ typedef enum vb_event_type {
 			       * failure (detail: the outage in ms) */
 	VB_EV_PATH_DOWN = 6,  /* no connection to the peer could be had: it is
 			       * given up (VB_EV_PEER_DOWN follows) */
+	VB_EV_DEGRADED = 7,   /* the connection to the peer kept failing: it now
+			       * runs in a lower mode (detail: "degraded from RC
+			       * to UC"; RC -> UC -> UD). ORDERED stays exactly-once
+			       * and in order (software reliability: NAK,
+			       * retransmission timer); expect more latency */
+	VB_EV_PROMOTED = 8,   /* the better mode was probed healthy for its hold:
+			       * the peer's connection is back in it (detail:
+			       * "promoted from UD to RC") */
 	VB_EV_PEER_SWITCHED = 9, /* a peer connected with vb_node_connect_backup()
 				  * was given up and its alternative (the backup,
 				  * or the primary again) is connected instead
@@ -255,6 +263,18 @@ typedef struct vb_stats {
 	uint64_t mcast_joins;        /* groups joined (subscriber and publisher side) */
 	uint64_t mcast_join_failures; /* failed joins: those topics use unicast */
 	unsigned mcast_groups;       /* memberships held now */
+	/* degradation (docs/recovery.md section 7; appended) */
+	uint64_t degrades;           /* a peer's connection moved to a worse mode
+				      * (RC -> UC, UC -> UD; either end counts it) */
+	uint64_t promotions;         /* ... back to a better mode */
+	uint64_t naks_sent;          /* ORDERED over UC/UD: holes reported (go-back-N) */
+	uint64_t naks_received;      /* ... and received (the publisher resends) */
+	uint64_t rto_retransmits;    /* messages resent because nothing was
+				      * acknowledged for a retransmission timeout */
+	uint64_t credit_resyncs;     /* UC/UD: receive credits taken as lost */
+	uint64_t probes;             /* degraded: RC probes reported healthy */
+	unsigned peers_degraded;     /* peers whose connection is UC or UD now */
+	/* (appended) */
 	uint64_t unacked_on_close;   /* ORDERED messages still unacknowledged when
 				      * vb_pub_destroy()'s linger ran out */
 	uint64_t peer_switches;      /* connections moved to a backup node
@@ -343,6 +363,14 @@ typedef enum vb_fault {
  * the device.
  */
 VB_EXPORT int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault);
+
+/**
+ * vb_node_peer_mode() - the mode of the active connection to the peer
+ * named @peer (NULL: the first peer that is up): 0 RC, 1 UC, 2 UD (see
+ * VB_EV_DEGRADED); -ENOENT (no such peer up), -ENOTCONN (recovering: no
+ * active connection right now), -EINVAL. Any thread.
+ */
+VB_EXPORT int vb_node_peer_mode(vb_node_t *node, const char *peer);
 
 /**
  * vb_node_dump() - describe @node's connections to @f (peers, their
