@@ -202,6 +202,9 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p)
 	l->lk = &p->txlock;
 	l->next = p->lanes;
 	p->lanes = l;
+	/* completions of sends posted from now on read l->lk and l->peer on
+	 * the progress thread: publish them as vbi_lane_new does */
+	atomic_fetch_add_explicit(&l->node->ctx->init_gen, 1, memory_order_release);
 }
 
 uint32_t vbi_lane_credits(const struct vbi_lane *l)
@@ -625,25 +628,19 @@ static struct vbi_lane *activate(struct vbi_peer *p, struct vbi_lane *s, bool te
 		p->probe = NULL;
 
 	atomic_fetch_add(&ctx->st.retransmits, n);
-	/* what we received from it, acknowledged again at once (our ACKs in
-	 * flight on the old lane are lost): its retransmission skips it */
-	vbi_sub_peer_ack_all(p->node, p);
+	/* What we received from it is acknowledged again at once (our ACKs
+	 * in flight on the old lane are lost), so its retransmission skips
+	 * it: the progress thread, which owns the receive streams, does it
+	 * on its next pass (after the LANE frame, on the same lane). */
+	atomic_store(&p->ack_all, true);
 	if (tell) {
-		/* LANE, then those ACKs in the same SEND: the peer switches,
-		 * rewinds, and learns where we are before it frames anything */
-		uint8_t buf[VBI_WIRE_HDR_LEN * 33];
+		uint8_t buf[VBI_WIRE_HDR_LEN];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
-		struct vbi_rxs *upto;
-		uint32_t len, cap = sizeof(buf) < s->max_send ? sizeof(buf) : s->max_send;
 
 		vbi_wire_put(buf, &h);
-		len = VBI_WIRE_HDR_LEN + vbi_peer_build_acks(p, s, buf + VBI_WIRE_HDR_LEN,
-							      cap - VBI_WIRE_HDR_LEN, &upto);
-		if (vbi_lane_send_ctrl(s, buf, len))
+		if (vbi_lane_send_ctrl(s, buf, sizeof(buf)))
 			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
 				 vbi_errmsg());
-		else if (len > VBI_WIRE_HDR_LEN)
-			vbi_peer_acks_sent(p, s, upto);
 	}
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;

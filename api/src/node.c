@@ -512,6 +512,9 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 		vbi_peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
 	l = vbi_peer_lane(p);
+	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
+	    atomic_exchange(&p->ack_all, false))
+		vbi_sub_peer_ack_all(p->node, p); /* urgent: goes below */
 	if (l && atomic_load(&l->hello_rcvd)) {
 		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
 

@@ -294,6 +294,8 @@ struct vbi_peer {
 	atomic_uint_fast64_t last_post_ns; /* last data SEND posted */
 	atomic_uint_fast64_t hold_since_ns; /* data held for batching since (0: none) */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
+	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
+				   * it again (progress thread, after_poll) */
 
 	/* receive side: dirty, delivered_since_ack and last_rx_ms are under
 	 * txlock, because any SEND to this peer may carry the ACKs */
