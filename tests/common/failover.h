@@ -52,6 +52,9 @@ struct vbt_fo_cfg {
 	const char *standby_ip;    /* second device's address, NULL: one device */
 	bool wait_standby;         /* wait for a warm standby before each fault */
 	bool quiet;
+	bool no_cold;              /* skip the fresh-connection comparison (the
+				    * fault leaves the primary address unusable
+				    * until restore: those connects only time out) */
 	/* Optional (zero: the defaults). */
 	uint64_t fault_at[VBT_FO_MAX_FAULTS]; /* messages (topic 0) before fault k;
 					 * 0: evenly spread over the stream */

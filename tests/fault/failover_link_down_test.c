@@ -44,6 +44,7 @@ static void test_link_down(void **state)
 	c.fault = vbt_fo_fault_shell;
 	c.arg = (void *)down_cmd;
 	c.restore = link_up;
+	c.no_cold = true; /* d0 stays down until restore: no fresh connection to time */
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	fo_check(&c, &r);
 	assert_true(r.pub_stats.failovers + r.sub_stats.failovers >= 1);
