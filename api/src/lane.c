@@ -1425,6 +1425,21 @@ void vbi_maint_stop(struct vb_node *node)
 
 /* ---- fault injection ----------------------------------------------------------------------- */
 
+/* The peer named @peer (NULL: the first) that is up. On success node->lock
+ * is held for reading (the caller unlocks); on NULL it is not held. */
+static struct vbi_peer *find_up_peer(struct vb_node *node, const char *peer)
+{
+	struct vbi_peer *p;
+
+	pthread_rwlock_rdlock(&node->lock);
+	for (p = node->peers; p; p = p->next)
+		if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
+		    (!peer || !strcmp(peer, p->name)))
+			return p;
+	pthread_rwlock_unlock(&node->lock);
+	return NULL;
+}
+
 int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 {
 	struct vbi_peer *p;
@@ -1434,15 +1449,8 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 	if (!node || fault < VB_FAULT_QP_ERR || fault > VB_FAULT_REM_ACCESS)
 		return vbi_err(-EINVAL, "vb_node_inject_fault: NULL node or unknown fault %d",
 			       (int)fault);
-	pthread_rwlock_rdlock(&node->lock);
-	for (p = node->peers; p; p = p->next)
-		if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
-		    (!peer || !strcmp(peer, p->name)))
-			break;
-	if (!p) {
-		pthread_rwlock_unlock(&node->lock);
+	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
-	}
 	pthread_mutex_lock(&p->txlock);
 	vbi_rcu_enter();
 	l = vbi_peer_lane(p);
@@ -1501,15 +1509,8 @@ int vb_node_peer_mode(vb_node_t *node, const char *peer)
 
 	if (!node)
 		return vbi_err(-EINVAL, "vb_node_peer_mode: NULL node");
-	pthread_rwlock_rdlock(&node->lock);
-	for (p = node->peers; p; p = p->next)
-		if (atomic_load(&p->up) && !atomic_load(&p->dead) &&
-		    (!peer || !strcmp(peer, p->name)))
-			break;
-	if (!p) {
-		pthread_rwlock_unlock(&node->lock);
+	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
-	}
 	pthread_mutex_lock(&p->txlock);
 	vbi_rcu_enter();
 	rc = vbi_peer_lane(p) && !vbi_path_recovering(&p->path) ? p->mode

@@ -639,32 +639,6 @@ static int v_cq_arm(struct vbt_cq *cq, int solicited_only)
 	return 0;
 }
 
-static int v_cq_wait(struct vbt_cq *cq, int timeout_ms)
-{
-	struct vbv_cq *c = to_vcq(cq);
-	struct pollfd pfd;
-	struct ibv_cq *ev_cq;
-	void *ev_ctx;
-
-	if (!c->ch)
-		return vbi_err(-EOPNOTSUPP, "cq_wait: CQ created without a completion channel");
-	pfd.fd = c->ch->fd;
-	pfd.events = POLLIN;
-	for (;;) {
-		if (!ibv_get_cq_event(c->ch, &ev_cq, &ev_ctx)) {
-			ibv_ack_cq_events(ev_cq, 1);
-			return 0;
-		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return vbi_err(-errno, "ibv_get_cq_event: %s", strerror(errno));
-		int n = poll(&pfd, 1, timeout_ms);
-		if (n == 0)
-			return vbi_err(-ETIMEDOUT, "no completion event within %d ms", timeout_ms);
-		if (n < 0 && errno != EINTR)
-			return vbi_err(-errno, "poll on completion channel: %s", strerror(errno));
-	}
-}
-
 static int v_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
 {
 	struct pollfd pfd[8];
@@ -706,6 +680,11 @@ static int v_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
 		if (r < 0 && errno != EINTR)
 			return vbi_err(-errno, "poll on completion channels: %s", strerror(errno));
 	}
+}
+
+static int v_cq_wait(struct vbt_cq *cq, int timeout_ms)
+{
+	return v_cq_wait_any(&cq, 1, timeout_ms); /* the index of one CQ is 0 */
 }
 
 /* ---- QP -------------------------------------------------------------- */
