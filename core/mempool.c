@@ -82,6 +82,7 @@ struct vbi_mempool {
 	const struct vbi_mempool_reg_ops *ops;
 	void *ctx;
 	bool thp;
+	bool detached;        /* vbi_mempool_detach: no registration any more */
 
 	pthread_mutex_t lock;
 	struct mp_chunk *chunks;
@@ -346,7 +347,7 @@ err_unmap:
 /* Deregister and unmap; the chunk is unpublished already. */
 static int mp_chunk_release(struct vbi_mempool *p, struct mp_chunk *c)
 {
-	int rc = p->ops->dereg(p->ctx, c->handle);
+	int rc = c->handle ? p->ops->dereg(p->ctx, c->handle) : 0; /* NULL: detached */
 
 	if (rc)
 		return vbi_err_prefix(rc < 0 ? rc : -EIO, "%s: deregistering chunk %#lx: ", p->name,
@@ -402,6 +403,11 @@ static void *mp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, siz
 			at = a;
 			best = run;
 		}
+	}
+	if (at < 0 && __atomic_load_n(&p->detached, __ATOMIC_RELAXED)) {
+		pthread_mutex_unlock(&p->lock);
+		mp_hook_rc = vbi_err(-ENODEV, "%s: detached from its device", p->name);
+		return NULL;
 	}
 	if (at < 0) {
 		c = NULL;
@@ -935,6 +941,8 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 		return size ? vbi_err(-EMSGSIZE, "%s: %zu bytes is above max_alloc %zu", p->name,
 				      size, p->attr.max_alloc)
 			    : vbi_err(-EINVAL, "%s: allocation of 0 bytes", p->name);
+	if (unlikely(__atomic_load_n(&p->detached, __ATOMIC_ACQUIRE)))
+		return vbi_err(-ENODEV, "%s: detached from its device (removed)", p->name);
 	idx = vbi_mempool_class_of(size);
 	csize = vbi_mempool_class_size(idx); /* a multiple of 64: buffers are 64-aligned */
 	t = mp_thread_get(p);
@@ -1045,6 +1053,34 @@ int vbi_mempool_inflight_put(struct vbi_mempool *p, const void *addr)
 }
 
 /* ---- shrink, stats ------------------------------------------------------------------ */
+
+int vbi_mempool_detach(struct vbi_mempool *p)
+{
+	int rc = 0, n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	__atomic_store_n(&p->detached, true, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < p->max_chunks; i++) {
+		struct mp_chunk *c = &p->chunks[i];
+		int r;
+
+		if (c->state != MP_ACTIVE || !c->handle)
+			continue;
+		r = p->ops->dereg(p->ctx, c->handle);
+		if (r) {
+			if (!rc)
+				rc = vbi_err_prefix(r < 0 ? r : -EIO, "%s: deregistering chunk %u: ",
+						    p->name, i);
+			continue;
+		}
+		c->handle = NULL;
+		c->lkey = c->rkey = 0;
+		p->deregs++;
+		n++;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc ? rc : n;
+}
 
 int vbi_mempool_shrink(struct vbi_mempool *p)
 {

@@ -202,6 +202,14 @@ int vbi_mempool_inflight_put(struct vbi_mempool *pool, const void *addr);
  * chunk stays registered and usable).
  */
 int vbi_mempool_shrink(struct vbi_mempool *pool);
+/* The pool's device goes away (hot removal): deregister every chunk now,
+ * keep the memory. Buffers still out (messages waiting in a retransmit
+ * window) stay readable and are freed as usual; allocations fail with
+ * -ENODEV from now on, and destroy no longer deregisters. Call once no work
+ * request that uses the pool's keys can still be posted (the keys are
+ * invalid afterwards), before the protection domain goes. Any thread;
+ * returns the number of chunks deregistered or a negative errno. */
+int vbi_mempool_detach(struct vbi_mempool *pool);
 
 /* Snapshot of the counters (a consistent view of chunks; per-thread counters
  * are summed without stopping the threads). Returns 0. */

@@ -341,6 +341,46 @@ static void test_registration_failure(void **state)
 	free(r);
 }
 
+/* The device goes away (hot removal): every chunk is deregistered at once,
+ * buffers still out stay usable and are freed as usual, nothing new is
+ * allocated or registered, and destroy does not deregister twice. */
+static void test_detach_on_device_removal(void **state)
+{
+	struct recorder *r = rec_new();
+	struct vbi_mempool *p = pool_new(r, 64 * MiB, VB_ACCESS_LOCAL_WRITE);
+	struct vbi_mempool_stats st;
+	struct vbi_buf b[40], x;
+	int nreg;
+
+	(void)state;
+	for (int i = 0; i < 40; i++) {
+		assert_int_equal(vbi_mempool_alloc(p, 65536, &b[i]), 0);
+		memset(b[i].addr, i, 65536);
+	}
+	nreg = r->nreg;
+	assert_true(nreg >= 2);
+	assert_int_equal(vbi_mempool_detach(p), nreg);
+	assert_int_equal(r->ndereg, nreg);
+	for (int i = 0; i < r->nreg; i++)
+		assert_int_equal(r->rec[i].live, 0);
+	/* what was in the buffers is still there (a retransmit window's copy) */
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(((unsigned char *)b[i].addr)[65535], (unsigned char)i);
+	assert_int_equal(vbi_mempool_alloc(p, 64, &x), -ENODEV);
+	assert_non_null(strstr(vb_errmsg(), "detached"));
+	assert_int_equal(vbi_mempool_alloc(p, 1 << 20, &x), -ENODEV);
+	assert_int_equal(r->nreg, nreg); /* no registration after detach */
+	assert_int_equal(vbi_mempool_detach(p), 0); /* again: nothing left to do */
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(vbi_mempool_free(p, b[i].addr), 0);
+	assert_int_equal(vbi_mempool_stats(p, &st), 0);
+	assert_int_equal(st.bytes_in_use, 0);
+	assert_int_equal(st.deregistrations, (uint64_t)nreg);
+	assert_int_equal(vbi_mempool_destroy(p), 0);
+	assert_int_equal(r->ndereg, nreg); /* rec_dereg asserts no double dereg */
+	free(r);
+}
+
 static void test_shrink_releases_only_idle_chunks(void **state)
 {
 	struct recorder *r = rec_new();
@@ -556,6 +596,7 @@ int main(void)
 		cmocka_unit_test(test_access_flags),
 		cmocka_unit_test(test_registration_failure),
 		cmocka_unit_test(test_shrink_releases_only_idle_chunks),
+		cmocka_unit_test(test_detach_on_device_removal),
 		cmocka_unit_test(test_no_registration_after_warmup),
 		cmocka_unit_test(test_stats_and_pages),
 		cmocka_unit_test(test_env_overrides),
