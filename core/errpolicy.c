@@ -148,6 +148,9 @@ static const struct vbi_errpol_rule ev_rules[VBT_EV__COUNT] = {
 		"everything on it"),
 	[VBT_EV_WQ_FATAL] = R(FAILOVER, QP,
 		"work queue fatal: the WQ (RSS) is in error; fail over the path using it"),
+	[VBT_EV_DEVICE_REMOVAL] = R(FAILOVER, DEVICE,
+		"device being removed (rdma link delete, hot-unplug): every path on it fails "
+		"over, then everything on it is closed so the removal can complete"),
 	[VBT_EV_OTHER] = R(NOTE, WR,
 		"event code the backend does not know: noted (raw code in the event)"),
 };

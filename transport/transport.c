@@ -276,6 +276,7 @@ const char *vbt_event_name(enum vbt_event_type t)
 		[VBT_EV_GID_CHANGE] = "GID_CHANGE",
 		[VBT_EV_DEVICE_FATAL] = "DEVICE_FATAL",
 		[VBT_EV_WQ_FATAL] = "WQ_FATAL",
+		[VBT_EV_DEVICE_REMOVAL] = "DEVICE_REMOVAL",
 		[VBT_EV_OTHER] = "OTHER",
 	};
 

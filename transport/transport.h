@@ -181,6 +181,10 @@ enum vbt_event_type {
 	VBT_EV_GID_CHANGE,
 	VBT_EV_DEVICE_FATAL,      /* the device is gone: close everything on it */
 	VBT_EV_WQ_FATAL,
+	VBT_EV_DEVICE_REMOVAL,    /* the device is being unregistered (rdma link delete,
+				   * hot-unplug): rdma_cm's DEVICE_REMOVAL, seen on the
+				   * device's watch id. The kernel waits until every
+				   * object on it is closed: close them (then dev_close) */
 	VBT_EV_OTHER,             /* a code this backend does not know (raw set) */
 	VBT_EV__COUNT
 };
@@ -224,6 +228,11 @@ struct vbt_dev_attr {
 	int gid_index;           /* < 0 = pick (RoCE v2 IPv4-mapped, else 0) */
 	vbt_event_fn event_cb;   /* may be NULL: events are then logged + acked */
 	void *event_arg;
+	/* Non-zero: learn of the device's removal (VBT_EV_DEVICE_REMOVAL) by
+	 * binding an rdma_cm id to its address (@ip, else its IPv4 GID); while
+	 * the handle is open, librdmacm then holds a PD of its own on the
+	 * device (`rdma res show pd` counts it). */
+	int watch_removal;
 };
 
 struct vbt_dev {

@@ -63,6 +63,7 @@ static const struct expect ev_expect[] = {
 	{ VBT_EV_GID_CHANGE, VBI_ACT_REFRESH_PORT, VBI_SCOPE_PORT },
 	{ VBT_EV_DEVICE_FATAL, VBI_ACT_FAILOVER, VBI_SCOPE_DEVICE },
 	{ VBT_EV_WQ_FATAL, VBI_ACT_FAILOVER, VBI_SCOPE_QP },
+	{ VBT_EV_DEVICE_REMOVAL, VBI_ACT_FAILOVER, VBI_SCOPE_DEVICE },
 	{ VBT_EV_OTHER, VBI_ACT_NOTE, VBI_SCOPE_WR },
 };
 
@@ -125,7 +126,7 @@ static void test_event_table_complete(void **state)
 	vbi_errpol_snapshot(&p, &st);
 	for (int e = 0; e < VBT_EV__COUNT; e++)
 		assert_int_equal(st.by_event[e], 1);
-	assert_int_equal(st.by_action[VBI_ACT_FAILOVER], 6);
+	assert_int_equal(st.by_action[VBI_ACT_FAILOVER], 7); /* + DEVICE_REMOVAL */
 	assert_int_equal(st.by_action[VBI_ACT_REFRESH_PORT], 5);
 	assert_int_equal(st.by_action[VBI_ACT_NOTE], 5);
 	assert_int_equal(st.by_action[VBI_ACT_NONE], 0);

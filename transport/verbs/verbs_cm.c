@@ -569,3 +569,97 @@ int vbv_cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
 {
 	return cm_expect(ch, want, alt, timeout_ms, out);
 }
+
+/* ---- device removal watch ------------------------------------------------------------- */
+
+/*
+ * rdma_cm reports a device's unregistration (rdma link delete, hot-unplug)
+ * as RDMA_CM_EVENT_DEVICE_REMOVAL to every id bound to it; devices that
+ * cannot disassociate (rxe, siw) send no async event, and the kernel waits
+ * until every user has closed the device. So each device handle binds one
+ * id to an address of its own (@ip, else the IPv4 of a v4-mapped @gid) on a
+ * channel of its own, polled by the device's event thread.
+ */
+int vbv_watch_open(const char *devname, const char *ip, const uint8_t *gid,
+		   struct rdma_event_channel **chp, struct rdma_cm_id **idp)
+{
+	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id = NULL;
+	int rc;
+
+	*chp = NULL;
+	*idp = NULL;
+	memset(&ss, 0, sizeof(ss));
+	if (ip && *ip) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+
+		if (inet_pton(AF_INET, ip, &s4->sin_addr) == 1)
+			s4->sin_family = AF_INET;
+		else if (inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1)
+			s6->sin6_family = AF_INET6;
+	} else if (!memcmp(gid, pfx, sizeof(pfx))) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, gid + 12, 4);
+	}
+	if (!ss.ss_family)
+		return vbi_err(-EAFNOSUPPORT, "%s: no IP address to watch it by", devname);
+	if (!(ch = cm_channel()))
+		return vbi_err_prefix(-ENODEV, "%s: removal watch", devname);
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+		rc = vbi_err(cm_errno(ENOMEM), "%s: rdma_create_id: %s", devname, strerror(errno));
+		goto err;
+	}
+	if (rdma_bind_addr(id, (struct sockaddr *)&ss)) {
+		rc = vbi_err(cm_errno(EADDRNOTAVAIL), "%s: rdma_bind_addr: %s", devname,
+			     strerror(errno));
+		goto err;
+	}
+	if (!id->verbs || strcmp(ibv_get_device_name(id->verbs->device), devname)) {
+		rc = vbi_err(-ENODEV, "%s: its address is bound to %s", devname,
+			     id->verbs ? ibv_get_device_name(id->verbs->device) : "no device");
+		goto err;
+	}
+	*chp = ch;
+	*idp = id;
+	return 0;
+err:
+	if (id)
+		rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return rc;
+}
+
+bool vbv_watch_removed(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev;
+	bool removed = false;
+
+	while (!rdma_get_cm_event(ch, &ev)) {
+		removed |= ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL;
+		rdma_ack_cm_event(ev);
+	}
+	return removed;
+}
+
+void vbv_watch_close(struct rdma_event_channel *ch, struct rdma_cm_id *id)
+{
+	if (id)
+		rdma_destroy_id(id);
+	if (ch)
+		rdma_destroy_event_channel(ch);
+}
+
+void vbv_cm_forget_removed(void)
+{
+	/* librdmacm keeps a device context per device and closes a removed
+	 * one only when it re-reads the device list with no id left on it */
+	struct ibv_context **l = rdma_get_devices(NULL);
+
+	if (l)
+		rdma_free_devices(l);
+}

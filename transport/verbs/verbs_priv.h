@@ -10,6 +10,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +35,10 @@ struct vbv_dev {
 	 * cq_context. The kernel cannot report an object before it exists, so
 	 * this only makes that ordering explicit (and visible to TSan). */
 	unsigned long published;
+	/* removal watch (verbs_cm.c): NULL when the device has no address */
+	struct rdma_event_channel *watch_ch;
+	struct rdma_cm_id *watch_id; /* event thread only once started */
+	atomic_bool removed;     /* DEVICE_REMOVAL seen */
 };
 
 struct vbv_pd {
@@ -90,6 +96,17 @@ int vbv_resolve_local_ip(const char *ip, char *devname, size_t len, uint8_t *por
 struct rdma_event_channel *vbv_cm_channel(void);
 int vbv_cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
 		  enum rdma_cm_event_type alt, int timeout_ms, struct rdma_cm_event **out);
+
+/* verbs_cm.c: the device-removal watch (see there). vbv_watch_open: 0, or
+ * a negative errno when the device has no address to bind (no watch);
+ * vbv_watch_removed drains @ch (non-blocking): true once DEVICE_REMOVAL came;
+ * vbv_cm_forget_removed lets librdmacm close its context of a removed device
+ * (call once no id is bound to it). */
+int vbv_watch_open(const char *devname, const char *ip, const uint8_t *gid,
+		   struct rdma_event_channel **ch, struct rdma_cm_id **id);
+bool vbv_watch_removed(struct rdma_event_channel *ch);
+void vbv_watch_close(struct rdma_event_channel *ch, struct rdma_cm_id *id);
+void vbv_cm_forget_removed(void);
 
 /* verbs_transport.c: address vector conversion. */
 void vbv_ah_from_ibv(const struct ibv_ah_attr *a, struct vbt_ah_attr *o);

@@ -179,13 +179,14 @@ static void ev_deliver(struct vbv_dev *vd, struct ibv_async_event *e)
 static void *ev_thread(void *arg)
 {
 	struct vbv_dev *vd = arg;
-	struct pollfd pfd[2] = {
+	struct pollfd pfd[3] = {
 		{ .fd = vd->ctx->async_fd, .events = POLLIN },
 		{ .fd = vd->stop_fd, .events = POLLIN },
+		{ .fd = vd->watch_ch ? vd->watch_ch->fd : -1, .events = POLLIN },
 	};
 
 	for (;;) {
-		int n = poll(pfd, 2, -1);
+		int n = poll(pfd, 3, -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -196,6 +197,21 @@ static void *ev_thread(void *arg)
 		}
 		if (pfd[1].revents)
 			break;
+		if ((pfd[2].revents & POLLIN) && vbv_watch_removed(vd->watch_ch)) {
+			struct vbt_event ev = { .type = VBT_EV_DEVICE_REMOVAL, .raw = -1,
+						.dev = &vd->core };
+
+			/* our id no longer pins the device (librdmacm's context
+			 * of it closes once no id is bound: vbv_cm_forget_removed) */
+			rdma_destroy_id(vd->watch_id);
+			vd->watch_id = NULL;
+			pfd[2].fd = -1;
+			atomic_store(&vd->removed, true);
+			vbi_warn("%s: the device is being removed (rdma_cm DEVICE_REMOVAL)",
+				 vd->core.caps.name);
+			if (vd->cb)
+				vd->cb(&ev, vd->cb_arg);
+		}
 		if (!(pfd[0].revents & POLLIN))
 			continue;
 		for (;;) {
@@ -367,6 +383,10 @@ static int v_dev_open(const struct vbt_dev_attr *attr, struct vbt_dev **out)
 	if ((rc = pick_gid(vd, tbl_len, attr->gid_index, ip4p)))
 		goto err_close;
 	probe_inline(vd);
+	if (attr->watch_removal &&
+	    vbv_watch_open(c->name, attr->ip, c->gid, &vd->watch_ch, &vd->watch_id))
+		vbi_info("%s: no removal watch (%s): only a DEVICE_FATAL event will tell that it "
+			 "goes", c->name, vbi_errmsg());
 
 	/* Async events: non-blocking fd polled with a stop eventfd. */
 	int fl = fcntl(vd->ctx->async_fd, F_GETFL);
@@ -394,6 +414,7 @@ static int v_dev_open(const struct vbt_dev_attr *attr, struct vbt_dev **out)
 err_fd:
 	close(vd->stop_fd);
 err_close:
+	vbv_watch_close(vd->watch_ch, vd->watch_id);
 	ibv_close_device(vd->ctx);
 err_free:
 	free(vd);
@@ -412,8 +433,11 @@ static void v_dev_close(struct vbt_dev *dev)
 		vbi_warn("%s: cannot wake the event thread: %s", dev->caps.name, strerror(errno));
 	pthread_join(vd->ev_thread, NULL);
 	close(vd->stop_fd);
+	vbv_watch_close(vd->watch_ch, vd->watch_id);
 	if (ibv_close_device(vd->ctx))
 		vbi_warn("ibv_close_device(%s) failed (objects still open?)", dev->caps.name);
+	if (atomic_load(&vd->removed))
+		vbv_cm_forget_removed();
 	free(vd);
 }
 
