@@ -584,9 +584,112 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 	return n;
 }
 
+/*
+ * Hot removal, second half (the first: vbi_dev_event marks the device
+ * fatal + removed, and its lanes fail over off it). Progress context, the
+ * owner of the CQs. Closes the UD endpoint (FANOUT) and the peers' FANOUT
+ * address handles when the device is the primary, then, once no lane and no
+ * listener is left on it, everything else: the pool's registrations (its
+ * memory stays: messages in retransmit windows live there), CQ, PD and the
+ * device itself. Nothing is waited for here: it is tried again each round.
+ */
+static void ud_close(struct vb_ctx *ctx)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		pthread_mutex_lock(&ctx->ud_lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next)
+			if (p->ah) {
+				ctx->ops->ah_destroy(p->ah);
+				p->ah = NULL;
+			}
+		pthread_mutex_unlock(&ctx->ud_lock);
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_lock(&ctx->ud_lock);
+	if (ctx->ud_qp) {
+		ctx->ops->qp_destroy(ctx->ud_qp);
+		ctx->ud_qp = NULL;
+	}
+	ctx->ud_posted = 0;
+	vbi_sring_fini(ctx, &ctx->ud_sr);
+	if (ctx->ud_slots) {
+		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
+			if (ctx->ud_slots[i].buf.addr)
+				vbi_mempool_free(ctx->dr[0].pool, ctx->ud_slots[i].buf.addr);
+		free(ctx->ud_slots);
+		ctx->ud_slots = NULL;
+	}
+	pthread_mutex_unlock(&ctx->ud_lock);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+static void dev_reap(struct vb_ctx *ctx)
+{
+	bool pending = false;
+	uint64_t now = vbi_mono_ns();
+
+	if (now - ctx->reap_ns < 1000000)
+		return; /* a millisecond between tries */
+	ctx->reap_ns = now;
+
+	for (unsigned d = 0; d < ctx->ndev; d++) {
+		struct vbi_devres *dr = &ctx->dr[d];
+		int n;
+
+		if (!atomic_load(&dr->removed) || dr->closed)
+			continue;
+		if (d == 0 && !dr->ud_closed) {
+			ud_close(ctx);
+			dr->ud_closed = true;
+			vbi_warn("%s removed: FANOUT (its UD endpoint) is closed; FANOUT publishers "
+				 "get -ENODEV", dr->name);
+		}
+		if (d == 0 && vbi_mcast_uses_dev(ctx)) {
+			if (!dr->mc_warned)
+				vbi_warn("%s removed: multicast memberships (vb_ctx_attr_t.mcast) keep "
+					 "it open until they end or vb_ctx_destroy()", dr->name);
+			dr->mc_warned = true;
+			pending = true;
+			continue;
+		}
+		if (atomic_load(&dr->nlanes) || atomic_load(&dr->nlisteners)) {
+			if (now - dr->wait_log_ns > 1000000000ull) {
+				dr->wait_log_ns = now;
+				vbi_info("%s removed: waiting for %d connection(s) and %d listener(s) "
+					 "on it to close", dr->name, atomic_load(&dr->nlanes),
+					 atomic_load(&dr->nlisteners));
+			}
+			pending = true;
+			continue;
+		}
+		n = vbi_mempool_detach(dr->pool);
+		if (n < 0)
+			vbi_warn("%s: %s", dr->name, vbi_errmsg());
+		ctx->ops->cq_destroy(dr->cq);
+		dr->cq = NULL;
+		if (ctx->ops->pd_free(dr->pd))
+			vbi_warn("%s: %s", dr->name, vbi_errmsg());
+		dr->pd = NULL;
+		ctx->ops->dev_close(dr->dev);
+		dr->dev = NULL;
+		dr->closed = true;
+		atomic_fetch_add(&ctx->st.devices_released, 1);
+		vbi_warn("%s released: %d registration(s) dropped, CQ, PD and device closed, "
+			 "%.1f ms after the removal began", dr->name, n < 0 ? 0 : n,
+			 (vbi_mono_ns() - dr->removed_ns) / 1e6);
+	}
+	if (!pending)
+		atomic_store(&ctx->dev_removing, false);
+}
+
 int vbi_progress_once(struct vb_ctx *ctx)
 {
 	int n = 0;
+
+	if (atomic_load_explicit(&ctx->dev_removing, memory_order_relaxed))
+		dev_reap(ctx);
 
 	for (unsigned d = 0; d < ctx->ndev; d++) {
 		int r;
@@ -696,16 +799,20 @@ static void *progress_main(void *arg)
 static int devres_open(struct vb_ctx *ctx, unsigned idx, const char *name, const char *ip)
 {
 	struct vbi_devres *dr = &ctx->dr[idx];
-	struct vbt_dev_attr da = { .gid_index = -1, .event_cb = vbi_dev_event, .event_arg = dr };
+	struct vbt_dev_attr da = { .gid_index = -1, .event_cb = vbi_dev_event, .event_arg = dr,
+				   .watch_removal = 1 };
 	int rc;
 
 	dr->ctx = ctx;
 	dr->idx = idx;
+	atomic_init(&dr->nlanes, 0);
+	atomic_init(&dr->nlisteners, 0);
 	da.name = name;
 	da.ip = ip;
 	rc = ctx->ops->dev_open(&da, &dr->dev);
 	if (rc)
 		return vbi_err_prefix(rc, "%s device", idx ? "standby" : "primary");
+	snprintf(dr->name, sizeof(dr->name), "%s", dr->dev->caps.name);
 	rc = ctx->ops->pd_alloc(dr->dev, &dr->pd);
 	if (rc)
 		return rc;
@@ -949,6 +1056,8 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 	st->unacked_on_close = atomic_load(&ctx->st.unacked_on_close);
 	st->peer_switches = atomic_load(&ctx->st.peer_switches);
 	st->keepalives = atomic_load(&ctx->st.keepalives);
+	st->devices_removed = atomic_load(&ctx->st.devices_removed);
+	st->devices_released = atomic_load(&ctx->st.devices_released);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

@@ -121,7 +121,7 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_lane *l = calloc(1, sizeof(*l));
 	struct vbt_qp_init_attr qa = {
-		.type = mode, .send_cq = dr->cq, .recv_cq = dr->cq,
+		.type = mode,
 		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
 			 .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = ctx->sz.max_inline },
 	};
@@ -133,6 +133,8 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		return vbi_err(-ENOMEM, "lane");
 	l->node = node;
 	l->dr = dr;
+	/* counted before the check: the reaper sees the lane or we see removed */
+	atomic_fetch_add(&dr->nlanes, 1);
 	l->mode = (uint8_t)mode;
 	/* A UD receive buffer starts with the 40-byte GRH, and a datagram
 	 * cannot exceed the path MTU: larger messages are fragmented. */
@@ -146,6 +148,11 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	l->created_ns = vbi_mono_ns();
 	l->credit_ns = l->created_ns;
 	qa.user_ctx = l;
+	if (atomic_load(&dr->removed)) {
+		rc = vbi_err(-ENODEV, "the device is being removed");
+		goto err;
+	}
+	qa.send_cq = qa.recv_cq = dr->cq;
 	rc = ctx->ops->qp_create(dr->pd, &qa, &l->qp);
 	if (rc)
 		goto err;
@@ -183,7 +190,7 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	*out = l;
 	return 0;
 err:
-	vbi_err_prefix(rc, "new connection on %s", dr->dev->caps.name);
+	vbi_err_prefix(rc, "new connection on %s", dr->name);
 	{
 		char msg[VBI_ERRMSG_MAX];
 
@@ -404,8 +411,8 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	put32(pl + HELLO_ROLE, l->role);
 	addr_to_hello(&node->sb_listen, pl);
 	put32(pl + HELLO_MODE, l->mode);
-	put32(pl + HELLO_UC_PORT, node->listener[2] ? node->listener[2]->port : 0);
-	put32(pl + HELLO_UD_PORT, node->listener[3] ? node->listener[3]->port : 0);
+	put32(pl + HELLO_UC_PORT, atomic_load(&node->lport[2]));
+	put32(pl + HELLO_UD_PORT, atomic_load(&node->lport[3]));
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
 	atomic_store(&l->hello_sent, rc == 0);
@@ -455,6 +462,14 @@ void vbi_dev_event(const struct vbt_event *ev, void *arg)
 		atomic_store(&dr->port_down, false);
 	else if (ev->type == VBT_EV_DEVICE_FATAL)
 		atomic_store(&dr->fatal, true);
+	else if (ev->type == VBT_EV_DEVICE_REMOVAL && !atomic_load(&dr->removed)) {
+		/* fail over off it, then close it all (vbi_dev_reap) */
+		dr->removed_ns = vbi_mono_ns();
+		atomic_store(&dr->fatal, true);
+		atomic_store(&dr->removed, true);
+		atomic_store(&ctx->dev_removing, true);
+		atomic_fetch_add(&ctx->st.devices_removed, 1);
+	}
 	if (!vbi_err_action_disrupts(v.action))
 		return;
 	if (v.scope == VBI_SCOPE_QP || v.scope == VBI_SCOPE_WR) {
@@ -828,11 +843,17 @@ static void peer_set_ud(struct vbi_peer *p, const uint8_t *pl)
 	ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
 	ud.qkey = get32(pl + HELLO_UD_QKEY);
 	memcpy(ud.gid, pl + HELLO_GID, 16);
-	vbt_ah_attr_from_peer(ctx->dev, &ud, &aa);
-	if (ctx->ops->ah_create(ctx->pd, &aa, &ah))
-		vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name, vbi_errmsg());
-	/* FANOUT publishers read these under ud_lock */
+	/* FANOUT publishers read these under ud_lock; the UD endpoint (and
+	 * the primary device's PD) is gone once ud_qp is NULL (vbi_dev_reap) */
 	pthread_mutex_lock(&ctx->ud_lock);
+	if (ctx->ud_qp && !atomic_load(&ctx->dr[0].removed)) {
+		vbt_ah_attr_from_peer(ctx->dr[0].dev, &ud, &aa);
+		if (ctx->ops->ah_create(ctx->dr[0].pd, &aa, &ah))
+			vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name,
+				 vbi_errmsg());
+	}
+	if (p->ah)
+		ctx->ops->ah_destroy(p->ah);
 	p->ud = ud;
 	p->ah = ah;
 	pthread_mutex_unlock(&ctx->ud_lock);
@@ -1135,6 +1156,7 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	}
 	pthread_mutex_destroy(&l->own_lock);
 	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
+	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);
 }
 

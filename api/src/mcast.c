@@ -339,6 +339,20 @@ void vbi_mcast_ctx_fini(struct vb_ctx *ctx)
 	ctx->mc = NULL;
 }
 
+bool vbi_mcast_uses_dev(struct vb_ctx *ctx)
+{
+	struct vbi_mcast_ctx *m = ctx->mc;
+	bool used;
+
+	if (!m)
+		return false;
+	if (pthread_mutex_trylock(&m->lock))
+		return true; /* a join or leave is running: ask again later */
+	used = m->qp || m->groups || m->retired;
+	pthread_mutex_unlock(&m->lock);
+	return used;
+}
+
 void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st)
 {
 	struct vbi_mcast_ctx *m = ctx->mc;
@@ -373,6 +387,10 @@ uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id)
 	if (!m)
 		return 0;
 	pthread_mutex_lock(&m->lock);
+	if (atomic_load(&ctx->dr[0].removed)) { /* its PD may be gone (dev_reap) */
+		pthread_mutex_unlock(&m->lock);
+		return 0;
+	}
 	for (g = m->groups; g; g = g->next)
 		if (g->topic == topic_id) {
 			g->refs++;
@@ -482,6 +500,11 @@ void vbi_mcast_pub_open(struct vb_pub *pub)
 	pub->mcast_group = group_of(m, pub->topic_id);
 	group_sockaddr(pub->mcast_group, &sa);
 	pthread_mutex_lock(&m->lock);
+	if (atomic_load(&ctx->dr[0].removed)) { /* its PD may be gone (dev_reap) */
+		pthread_mutex_unlock(&m->lock);
+		pub->mcast = NULL;
+		return;
+	}
 	reap_retired(ctx, false);
 	rc = ctx->ops->mcast_join(ctx->dev, ctx->pd, NULL, (struct sockaddr *)&sa, &ctx->cp,
 				  &pub->mcast);

@@ -614,6 +614,17 @@ static int make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 	return vbi_err(-EINVAL, "'%s' is not an IPv4 or IPv6 address", ip);
 }
 
+/* Close listener @idx (its accept thread joined, or that thread itself). */
+static void listener_drop(struct vb_node *node, unsigned idx)
+{
+	if (!node->listener[idx])
+		return;
+	atomic_store(&node->lport[idx], 0);
+	node->ctx->ops->listener_close(node->listener[idx]);
+	node->listener[idx] = NULL;
+	atomic_fetch_sub(&node->ctx->dr[idx == 1 ? 1 : 0].nlisteners, 1);
+}
+
 /*
  * Accept connections on listener @idx: each becomes a lane, pending until
  * its HELLO says which peer it belongs to (a new one, or a standby /
@@ -630,7 +641,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	/* Wait for requests in short slices so stop is noticed; the handshake
 	 * steps after a request keep the full cm_timeout_ms. */
 	cp.accept_wait_ms = 500;
-	while (!atomic_load(&node->stop)) {
+	while (!atomic_load(&node->stop) && !atomic_load(&dr->removed)) {
 		int rc;
 
 		if (!l && vbi_lane_new(node, dr, mode, &l)) {
@@ -665,6 +676,12 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	}
 	if (l)
 		vbi_lane_destroy_now(l);
+	if (atomic_load(&dr->removed) && !atomic_load(&node->stop)) {
+		/* its rdma_cm id pins the device: let the removal finish */
+		vbi_info("node '%s': %s listener on %s closed (device removed)", node->name,
+			 vbi_path_mode_name(mode), dr->name);
+		listener_drop(node, idx);
+	}
 }
 
 static void *accept_main0(void *arg)
@@ -702,12 +719,18 @@ static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint1
 	struct sockaddr_storage ss;
 	int rc;
 
+	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
+
+	if (atomic_load(&dr->removed))
+		return vbi_err(-ENODEV, "%s was removed", dr->name);
 	rc = make_addr(ip, port, &ss);
 	if (!rc)
-		rc = ctx->ops->listen(ctx->dr[idx == 1 ? 1 : 0].dev, types[idx],
-				      (struct sockaddr *)&ss, &node->listener[idx]);
+		rc = ctx->ops->listen(dr->dev, types[idx], (struct sockaddr *)&ss,
+				      &node->listener[idx]);
 	if (rc)
 		return rc;
+	atomic_fetch_add(&dr->nlisteners, 1);
+	atomic_store(&node->lport[idx], node->listener[idx]->port);
 	if (idx == 1) {
 		node->sb_listen = ss;
 		if (ss.ss_family == AF_INET)
@@ -776,8 +799,7 @@ err:
 	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
 			pthread_join(node->accept_thread[i], NULL);
-		if (node->listener[i])
-			ctx->ops->listener_close(node->listener[i]);
+		listener_drop(node, i);
 	}
 	pthread_cond_destroy(&node->maint_cv);
 	pthread_mutex_destroy(&node->maint_lock);
@@ -855,7 +877,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	p->next = node->peers;
 	node->peers = p;
 	pthread_rwlock_unlock(&node->lock);
-	rc = ctx->ops->connect(ctx->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
+	rc = ctx->ops->connect(l->dr->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
 	if (rc) {
 		vbi_err_prefix(rc, "connect to %s", where);
 		goto err_linked;
@@ -1012,8 +1034,7 @@ int vb_node_destroy(vb_node_t *node)
 	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
 			pthread_join(node->accept_thread[i], NULL);
-		if (node->listener[i])
-			ctx->ops->listener_close(node->listener[i]);
+		listener_drop(node, i);
 	}
 
 	pthread_rwlock_wrlock(&node->lock);

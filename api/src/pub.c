@@ -632,6 +632,14 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 
 	if (!m)
 		return 0;
+	if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
+		vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
+			 pub->topic, pub->batch_frames);
+		atomic_fetch_add(&ctx->st.lost, pub->batch_frames);
+		pub->batch = NULL;
+		vbi_msg_put(ctx, m);
+		return 0;
+	}
 	nt = fanout_targets(pub, targets, 64);
 	grp = vbi_mcast_pub_group(pub);
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
@@ -696,6 +704,11 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	int rc = 0;
 
 	pthread_mutex_lock(&ctx->ud_lock);
+	if (!ctx->ud_qp) {
+		pthread_mutex_unlock(&ctx->ud_lock);
+		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
+			       pub->topic, ctx->dr[0].name);
+	}
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, 64);
 	grp = vbi_mcast_pub_group(pub);
@@ -807,7 +820,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
-			if (!pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
+			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
 			    (pub->hb_seq == pub->fanout_seq && pub->hb_sent >= 3)) {
 				pthread_mutex_unlock(&pub->lock);
 				pthread_mutex_unlock(&ctx->ud_lock);
@@ -900,12 +913,11 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 	if (!m)
 		return vbi_err(-ENOMEM, "message");
 	m->dr = &ctx->dr[0];
-	rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
-	if (rc && ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED) {
-		/* the primary device is gone: ORDERED goes on over the standby */
+	/* the primary device is gone (its pool may be detached already):
+	 * ORDERED goes on over the standby */
+	if (ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED)
 		m->dr = &ctx->dr[1];
-		rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
-	}
+	rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
 	if (rc) {
 		free(m);
 		if (rc == -EAGAIN)

@@ -126,6 +126,20 @@ struct vbi_devres {
 	atomic_bool port_down;   /* PORT_ERR seen, no PORT_ACTIVE since */
 	atomic_bool failed;      /* a port/device event failed every lane on it:
 				  * the progress thread fails them over */
+	/* Hot removal (rdma link delete, unplug; docs/recovery.md section 6):
+	 * @removed is set with @fatal by the event thread; from then on no
+	 * lane is created on the device, and once none is left (@nlanes) and
+	 * no listener is bound to it (@nlisteners), the progress thread
+	 * closes everything on it (@closed), so the kernel can finish. */
+	atomic_bool removed;
+	atomic_int nlanes;       /* lanes whose QP is on this device */
+	atomic_int nlisteners;   /* node listeners bound to this device */
+	bool closed;             /* progress thread: all objects on it closed */
+	bool ud_closed;          /* [0]: the UD endpoint (FANOUT) on it closed */
+	bool mc_warned;
+	uint64_t removed_ns;
+	uint64_t wait_log_ns;     /* progress: last 'still waiting' message */
+	char name[64];           /* the device's name (dev is NULL once closed) */
 };
 
 /* A publisher's view of one subscriber peer. */
@@ -364,6 +378,7 @@ struct vb_node {
 	/* listeners: [0] RC on the primary device, [1] RC on the standby
 	 * device, [2] UC and [3] UD on the primary device (degraded lanes) */
 	struct vbt_listener *listener[4];
+	atomic_ushort lport[4];    /* their ports, 0 once closed (HELLO reads them) */
 	pthread_t accept_thread[4];
 	bool accepting[4];
 	atomic_bool stop;
@@ -437,7 +452,10 @@ struct vb_ctx {
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives;
+		atomic_uint_fast64_t devices_removed, devices_released;
 	} st;
+	atomic_bool dev_removing;  /* some device is removed and not yet closed */
+	uint64_t reap_ns;          /* progress: last dev_reap try */
 };
 
 /* ctx.c */
@@ -527,6 +545,9 @@ int vbi_check_topic(const char *topic);
 void vbi_mcast_attr_init(vb_ctx_attr_t *a);
 int vbi_mcast_ctx_init(struct vb_ctx *ctx);
 void vbi_mcast_ctx_fini(struct vb_ctx *ctx);
+/* Progress context: the multicast QP, a membership or a retired one still
+ * holds the primary device (or it cannot tell now): true. */
+bool vbi_mcast_uses_dev(struct vb_ctx *ctx);
 void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);

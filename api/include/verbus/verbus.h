@@ -280,6 +280,10 @@ typedef struct vb_stats {
 	uint64_t peer_switches;      /* connections moved to a backup node
 				      * (VB_EV_PEER_SWITCHED) */
 	uint64_t keepalives;         /* keepalive frames sent (keepalive_ms) */
+	uint64_t devices_removed;    /* devices seen going away (rdma link delete,
+				      * hot-unplug): their paths fail over */
+	uint64_t devices_released;   /* ... and everything on them closed, so the
+				      * kernel could finish the removal */
 } vb_stats_t;
 
 /** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */

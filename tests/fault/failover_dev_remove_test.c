@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `rdma link delete rxe0` under an ORDERED stream: rxe0 is unregistered
+ * while both processes (publisher and subscriber) use it. rxe cannot
+ * disassociate a device, so the kernel waits until every user has closed
+ * everything on it: the command only completes if the library, told by
+ * rdma_cm's DEVICE_REMOVAL, moved every path to the standby device (rxe1)
+ * and closed its QPs, CQ, registrations, PD and device context, in both
+ * processes, while they keep running. The command runs on a thread of the
+ * publisher process while the stream goes on, and is waited for (bounded)
+ * before either process tears down, so the run checks exactly that: the
+ * command succeeded while both were live, and no message was lost,
+ * duplicated or reordered.
+ *
+ * Label "destructive", and it runs before the other destructive tests
+ * (DEPENDS in tests/CMakeLists.txt): rxe0 is re-created at the end, for
+ * them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "tests/fault/fo_report.h"
+
+static int del_rc = -1;
+static double del_s;
+static pthread_t del_thread;
+static bool del_started;
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* It blocks until both processes have closed everything on rxe0. */
+static void *del_main(void *arg)
+{
+	double t0 = now_s();
+
+	(void)arg;
+	del_rc = system("timeout -k 5 120 rdma link delete rxe0");
+	del_s = now_s() - t0;
+	fprintf(stderr, "  rdma link delete rxe0: exit %d after %.3f s\n",
+		WIFEXITED(del_rc) ? WEXITSTATUS(del_rc) : -1, del_s);
+	return NULL;
+}
+
+/* Publisher process, publishing thread: starts the removal, goes on. */
+static int dev_delete(vb_node_t *node, unsigned k, void *arg)
+{
+	(void)node;
+	(void)k;
+	(void)arg;
+	if (pthread_create(&del_thread, NULL, del_main, NULL))
+		return -EAGAIN;
+	del_started = true;
+	return 0;
+}
+
+/* After the stream, both processes still up: the removal must be done. */
+static void dev_back(void *arg)
+{
+	(void)arg;
+	if (del_started)
+		pthread_join(del_thread, NULL);
+	if (system("rdma link show rxe0 >/dev/null 2>&1 || "
+		   "timeout -k 5 60 rdma link add rxe0 type rxe netdev d0"))
+		fprintf(stderr, "could not re-create rxe0\n");
+	for (int i = 0; i < 100; i++) { /* bounded: until its port is ACTIVE */
+		if (system("rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE'") == 0) {
+			fprintf(stderr, "  rxe0 re-created\n");
+			break;
+		}
+		usleep(100000);
+	}
+}
+
+static void test_dev_remove(void **state)
+{
+	struct vbt_fo_cfg c;
+	struct vbt_fo_result r;
+
+	(void)state;
+	vbt_require_device();
+	if (!getenv("VERBUS_IN_VM"))
+		skip();
+	fo_defaults(&c, "dev-remove");
+	c.side = VBT_FO_PUB;
+	c.fault = dev_delete;
+	c.restore = dev_back;
+	c.no_cold = true; /* rxe0 is gone: no fresh connection to time */
+	assert_int_equal(vbt_failover_run(&c, &r), 0);
+	fo_check(&c, &r);
+	printf("dev-remove: rdma link delete took %.3f s; devices removed/released: publisher "
+	       "%" PRIu64 "/%" PRIu64 ", subscriber %" PRIu64 "/%" PRIu64 "\n", del_s,
+	       r.pub_stats.devices_removed, r.pub_stats.devices_released,
+	       r.sub_stats.devices_removed, r.sub_stats.devices_released);
+	assert_int_equal(del_rc, 0);
+	assert_int_equal(r.pub_stats.devices_removed, 1);
+	assert_int_equal(r.pub_stats.devices_released, 1);
+	assert_int_equal(r.sub_stats.devices_removed, 1);
+	assert_int_equal(r.sub_stats.devices_released, 1);
+	assert_true(r.pub_stats.failovers + r.sub_stats.failovers >= 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = { cmocka_unit_test(test_dev_remove) };
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
