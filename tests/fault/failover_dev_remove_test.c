@@ -25,8 +25,10 @@
 
 static int del_rc = -1;
 static double del_s;
-static pthread_t del_thread;
+static pthread_t del_thread, seen_thread;
 static bool del_started;
+static double del_t0, seen_s = -1; /* command start -> the library saw it */
+static vb_ctx_t *pub_ctx;
 
 static double now_s(void)
 {
@@ -39,25 +41,43 @@ static double now_s(void)
 /* It blocks until both processes have closed everything on rxe0. */
 static void *del_main(void *arg)
 {
-	double t0 = now_s();
-
 	(void)arg;
 	del_rc = system("timeout -k 5 120 rdma link delete rxe0");
-	del_s = now_s() - t0;
+	del_s = now_s() - del_t0;
 	fprintf(stderr, "  rdma link delete rxe0: exit %d after %.3f s\n",
 		WIFEXITED(del_rc) ? WEXITSTATUS(del_rc) : -1, del_s);
 	return NULL;
 }
 
+/* When the publisher's library learnt of it (bounded by the command). */
+static void *seen_main(void *arg)
+{
+	(void)arg;
+	while (now_s() - del_t0 < 130) {
+		vb_stats_t st;
+
+		if (vb_ctx_stats(pub_ctx, &st) == 0 && st.devices_removed) {
+			seen_s = now_s() - del_t0;
+			break;
+		}
+		usleep(1000);
+	}
+	return NULL;
+}
+
 /* Publisher process, publishing thread: starts the removal, goes on. */
-static int dev_delete(vb_node_t *node, unsigned k, void *arg)
+static int dev_delete(vb_ctx_t *ctx, vb_node_t *node, unsigned k, void *arg)
 {
 	(void)node;
 	(void)k;
 	(void)arg;
+	pub_ctx = ctx;
+	del_t0 = now_s();
 	if (pthread_create(&del_thread, NULL, del_main, NULL))
 		return -EAGAIN;
 	del_started = true;
+	if (pthread_create(&seen_thread, NULL, seen_main, NULL))
+		return -EAGAIN;
 	return 0;
 }
 
@@ -65,8 +85,10 @@ static int dev_delete(vb_node_t *node, unsigned k, void *arg)
 static void dev_back(void *arg)
 {
 	(void)arg;
-	if (del_started)
+	if (del_started) {
 		pthread_join(del_thread, NULL);
+		pthread_join(seen_thread, NULL);
+	}
 	if (system("rdma link show rxe0 >/dev/null 2>&1 || "
 		   "timeout -k 5 60 rdma link add rxe0 type rxe netdev d0"))
 		fprintf(stderr, "could not re-create rxe0\n");
@@ -90,11 +112,13 @@ static void test_dev_remove(void **state)
 		skip();
 	fo_defaults(&c, "dev-remove");
 	c.side = VBT_FO_PUB;
-	c.fault = dev_delete;
+	c.fault_ctx = dev_delete;
 	c.restore = dev_back;
 	c.no_cold = true; /* rxe0 is gone: no fresh connection to time */
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	fo_check(&c, &r);
+	printf("dev-remove: the publisher's library saw the removal %.3f s after the command "
+	       "started\n", seen_s);
 	printf("dev-remove: rdma link delete took %.3f s; devices removed/released: publisher "
 	       "%" PRIu64 "/%" PRIu64 ", subscriber %" PRIu64 "/%" PRIu64 "\n", del_s,
 	       r.pub_stats.devices_removed, r.pub_stats.devices_released,
