@@ -386,7 +386,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 		if (r) {
 			h.session = r->session;
 			h.topic = r->topic;
-			h.seq = r->rx.next - 1;
+			h.seq = r->ack_next - 1;
 		}
 		if (!off)
 			h.frag_off = l->to_return;
@@ -394,7 +394,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 		off += VBI_WIRE_HDR_LEN;
 		if (nak) { /* go-back-N: resend from the first missing message */
 			struct vbi_wire_hdr n = { .type = VBI_WT_NAK, .session = r->session,
-						  .topic = r->topic, .seq = r->rx.next };
+						  .topic = r->topic, .seq = r->ack_next };
 
 			vbi_wire_put(buf + off, &n);
 			off += VBI_WIRE_HDR_LEN;
@@ -422,7 +422,7 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 			atomic_fetch_add_explicit(&p->node->ctx->st.naks_sent, 1,
 						  memory_order_relaxed);
 		}
-		d->acked_sent = d->rx.next - 1;
+		d->acked_sent = d->ack_next - 1;
 	}
 	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
 }

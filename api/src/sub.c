@@ -54,6 +54,7 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 	vbi_rx_init(&r->rx, sub->cls == VB_ORDERED ? VBI_RX_ORDERED : VBI_RX_FANOUT);
 	vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
 	r->acked_sent = 0;
+	r->ack_next = 0;
 	r->nak_seq = 0;
 	r->nak_ms = 0;
 	atomic_fetch_add(&sub->publishers, 1);
@@ -140,6 +141,7 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 {
 	struct vbi_peer *p = r->peer;
 
+	r->ack_next = r->rx.next; /* progress thread: rx.next is ours to read */
 	if (urgent)
 		r->ack_urgent = true;
 	if (nak)

@@ -180,7 +180,11 @@ struct vbi_rxs {
 	uint32_t topic;
 	struct vbi_rxstream rx;
 	struct vbi_reasm reasm;
-	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged */
+	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged (txlock) */
+	/* ORDERED: rx.next as of the last ack_owed (txlock): what the ACKs and
+	 * NAKs carry. rx.next itself belongs to the progress thread, and ACKs
+	 * are also built on publishing threads (piggybacked on DATA). */
+	uint64_t ack_next;
 	uint64_t last_ms;        /* last message (stream reuse at the bound) */
 	bool ack_urgent;
 	bool nak_pending;        /* unreliable lane: a NAK for rx.next rides the next ACKs */
