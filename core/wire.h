@@ -35,7 +35,9 @@ enum vbi_wire_type {
 	VBI_WT_BYE = 8,       /* the sender closes this connection on purpose */
 	VBI_WT_LANE = 9,      /* the sender now transmits on the connection this
 			       * frame arrived on (failover): switch to it too */
-	VBI_WT__MAX = 9,
+	VBI_WT_UDADDR = 10,   /* the sender's UD endpoint (FANOUT) moved to another
+			       * device: payload = qpn, qkey (le32), gid[16] */
+	VBI_WT__MAX = 10,
 };
 
 enum vbi_wire_flags {

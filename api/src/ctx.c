@@ -431,25 +431,38 @@ void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 		vbi_warn("UD receive repost failed: %s", vbi_errmsg());
 }
 
+void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out)
+{
+	pthread_mutex_lock(&ctx->ud_addr_lock);
+	*out = ctx->ud_local;
+	pthread_mutex_unlock(&ctx->ud_addr_lock);
+}
+
+/* The UD endpoint on ctx->ud_dr. At create, or under ud_lock (dev_reap). */
 static int ud_open(struct vb_ctx *ctx)
 {
+	struct vbi_devres *dr = ctx->ud_dr;
 	struct vbt_qp_init_attr qa = {
-		.type = VB_QPT_UD, .send_cq = ctx->cq, .recv_cq = ctx->cq,
+		.type = VB_QPT_UD, .send_cq = dr->cq, .recv_cq = dr->cq,
 		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
 			 .max_send_sge = 2, .max_recv_sge = 1,
 			 .max_inline_data = ctx->sz.max_inline },
 	};
+	struct vbt_peer local;
 	int rc;
 
-	rc = ctx->ops->qp_create(ctx->pd, &qa, &ctx->ud_qp);
+	rc = ctx->ops->qp_create(dr->pd, &qa, &ctx->ud_qp);
 	if (rc)
 		return vbi_err_prefix(rc, "UD QP");
-	rc = vbt_qp_local_peer(ctx->ud_qp, ctx->cp.qkey, &ctx->ud_local);
+	rc = vbt_qp_local_peer(ctx->ud_qp, ctx->cp.qkey, &local);
 	if (!rc)
-		rc = vbt_qp_bring_up(ctx->ud_qp, &ctx->cp, &ctx->ud_local, NULL);
+		rc = vbt_qp_bring_up(ctx->ud_qp, &ctx->cp, &local, NULL);
 	if (rc)
 		return vbi_err_prefix(rc, "UD QP %u bring-up", ctx->ud_qp->qpn);
-	rc = vbi_sring_init(ctx, ctx->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
+	pthread_mutex_lock(&ctx->ud_addr_lock);
+	ctx->ud_local = local;
+	pthread_mutex_unlock(&ctx->ud_addr_lock);
+	rc = vbi_sring_init(ctx, dr->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
 			    VBI_WR_UD_SEND, NULL, false);
 	if (rc)
 		return rc;
@@ -461,7 +474,7 @@ static int ud_open(struct vb_ctx *ctx)
 		struct vbi_slot *s = &ctx->ud_slots[i];
 
 		s->kind = VBI_WR_UD_RECV;
-		rc = vbi_mempool_alloc(ctx->pool, VBI_UD_GRH + ctx->ud_mtu, &s->buf);
+		rc = vbi_mempool_alloc(dr->pool, VBI_UD_GRH + ctx->ud_mtu, &s->buf);
 		if (!rc)
 			rc = ud_post_slot(ctx, s);
 		if (rc)
@@ -593,21 +606,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
  * memory stays: messages in retransmit windows live there), CQ, PD and the
  * device itself. Nothing is waited for here: it is tried again each round.
  */
-static void ud_close(struct vb_ctx *ctx)
+/* The UD endpoint's objects. ud_lock held. */
+static void ud_teardown(struct vb_ctx *ctx)
 {
-	pthread_mutex_lock(&ctx->lock);
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-		pthread_rwlock_rdlock(&n->lock);
-		pthread_mutex_lock(&ctx->ud_lock);
-		for (struct vbi_peer *p = n->peers; p; p = p->next)
-			if (p->ah) {
-				ctx->ops->ah_destroy(p->ah);
-				p->ah = NULL;
-			}
-		pthread_mutex_unlock(&ctx->ud_lock);
-		pthread_rwlock_unlock(&n->lock);
-	}
-	pthread_mutex_lock(&ctx->ud_lock);
 	if (ctx->ud_qp) {
 		ctx->ops->qp_destroy(ctx->ud_qp);
 		ctx->ud_qp = NULL;
@@ -617,12 +618,75 @@ static void ud_close(struct vb_ctx *ctx)
 	if (ctx->ud_slots) {
 		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
 			if (ctx->ud_slots[i].buf.addr)
-				vbi_mempool_free(ctx->dr[0].pool, ctx->ud_slots[i].buf.addr);
+				vbi_mempool_free(ctx->ud_dr->pool, ctx->ud_slots[i].buf.addr);
 		free(ctx->ud_slots);
 		ctx->ud_slots = NULL;
 	}
+}
+
+/* Every peer's FANOUT address handle: dropped (@rebuild false) or built
+ * again on ctx->ud_dr, and the peer told our new address (@rebuild). */
+static void ud_peers(struct vb_ctx *ctx, bool rebuild)
+{
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+			if (!rebuild) {
+				pthread_mutex_lock(&ctx->ud_lock);
+				if (p->ah)
+					ctx->ops->ah_destroy(p->ah);
+				p->ah = NULL;
+				pthread_mutex_unlock(&ctx->ud_lock);
+			} else if (p->ud.qpn) {
+				vbi_peer_set_ud(p, p->ud.qpn, p->ud.qkey, p->ud.gid);
+				atomic_store(&p->ud_announce, true);
+			}
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+}
+
+/* The device carrying the UD endpoint (FANOUT) is being removed: move the
+ * endpoint to the other device when there is a usable one (same MTU, no
+ * multicast membership on the old one), else close it (FANOUT publishers
+ * get -ENODEV). Datagrams in flight on the old QP are lost: subscribers
+ * see the gap and report it. Progress context. */
+static void ud_move(struct vb_ctx *ctx)
+{
+	struct vbi_devres *from = ctx->ud_dr, *to = NULL;
+	int rc = -ENODEV;
+
+	for (unsigned d = 0; d < ctx->ndev; d++) {
+		struct vbi_devres *dr = &ctx->dr[d];
+
+		if (dr != from && !atomic_load(&dr->fatal) && !atomic_load(&dr->removed) &&
+		    128u << dr->dev->caps.active_mtu == ctx->ud_mtu)
+			to = dr;
+	}
+	if (vbi_mcast_uses_dev(ctx))
+		to = NULL;
+	pthread_mutex_lock(&ctx->lock);
+	ud_peers(ctx, false);
+	pthread_mutex_lock(&ctx->ud_lock);
+	ud_teardown(ctx);
+	if (to) {
+		atomic_store(&ctx->ud_dr, to);
+		rc = ud_open(ctx);
+		if (rc) {
+			vbi_warn("FANOUT: no UD endpoint on %s: %s", to->name, vbi_errmsg());
+			ud_teardown(ctx);
+		}
+	}
 	pthread_mutex_unlock(&ctx->ud_lock);
+	if (!rc)
+		ud_peers(ctx, true);
 	pthread_mutex_unlock(&ctx->lock);
+	if (!rc)
+		vbi_warn("%s removed: FANOUT moved to %s (UD QP %u); peers are told", from->name,
+			 to->name, ctx->ud_local.qpn);
+	else
+		vbi_warn("%s removed: FANOUT (its UD endpoint) is closed; FANOUT publishers get "
+			 "-ENODEV", from->name);
 }
 
 static void dev_reap(struct vb_ctx *ctx)
@@ -640,11 +704,9 @@ static void dev_reap(struct vb_ctx *ctx)
 
 		if (!atomic_load(&dr->removed) || dr->closed)
 			continue;
-		if (d == 0 && !dr->ud_closed) {
-			ud_close(ctx);
+		if (dr == ctx->ud_dr && !dr->ud_closed) {
+			ud_move(ctx);
 			dr->ud_closed = true;
-			vbi_warn("%s removed: FANOUT (its UD endpoint) is closed; FANOUT publishers "
-				 "get -ENODEV", dr->name);
 		}
 		if (d == 0 && vbi_mcast_uses_dev(ctx)) {
 			if (!dr->mc_warned)
@@ -875,6 +937,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	ctx->ops = &vbt_verbs_ops;
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ud_lock, NULL);
+	pthread_mutex_init(&ctx->ud_addr_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
 	vbi_errpol_init(&ctx->errpol);
 	vbt_conn_param_init(&ctx->cp);
@@ -951,6 +1014,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		if ((rc = devres_finish(ctx, i, (int)cqs.depth)))
 			goto err;
 	ctx->pool = ctx->dr[0].pool;
+	atomic_init(&ctx->ud_dr, &ctx->dr[0]);
 	ctx->cq = ctx->dr[0].cq;
 	ctx->ud_mtu = 128u << ctx->dev->caps.active_mtu;
 	rc = ud_open(ctx);
@@ -998,10 +1062,11 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 		/* Flush the UD QP and reap every outstanding WR once. */
 		struct timespec t0, t;
 
-		if (!atomic_load(&ctx->dr[0].fatal))
+		if (!atomic_load(&ctx->ud_dr->fatal))
 			vbt_qp_set_state(ctx->ud_qp, VB_QPS_ERR);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		while ((ctx->ud_posted || ctx->ud_sr.outstanding) && !atomic_load(&ctx->dr[0].fatal)) {
+		while ((ctx->ud_posted || ctx->ud_sr.outstanding) &&
+		       !atomic_load(&ctx->ud_dr->fatal)) {
 			if (vbi_progress_once(ctx) < 0)
 				break;
 			clock_gettime(CLOCK_MONOTONIC, &t);
@@ -1018,13 +1083,14 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 	if (ctx->ud_slots) {
 		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
 			if (ctx->ud_slots[i].buf.addr)
-				vbi_mempool_free(ctx->pool, ctx->ud_slots[i].buf.addr);
+				vbi_mempool_free(ctx->ud_dr->pool, ctx->ud_slots[i].buf.addr);
 		free(ctx->ud_slots);
 	}
 	for (unsigned i = 2; i-- > 0;)
 		devres_close(ctx, i);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ud_lock);
+	pthread_mutex_destroy(&ctx->ud_addr_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	free(ctx);
 	return 0;

@@ -399,9 +399,14 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	vbi_wire_put(buf, &h);
 	memset(pl, 0, HELLO_LEN);
 	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
-	put32(pl + HELLO_UD_QPN, ctx->ud_local.qpn);
-	put32(pl + HELLO_UD_QKEY, ctx->ud_local.qkey);
-	memcpy(pl + HELLO_GID, ctx->ud_local.gid, 16);
+	{
+		struct vbt_peer ud;
+
+		vbi_ud_addr(ctx, &ud);
+		put32(pl + HELLO_UD_QPN, ud.qpn);
+		put32(pl + HELLO_UD_QKEY, ud.qkey);
+		memcpy(pl + HELLO_GID, ud.gid, 16);
+	}
 	put32(pl + HELLO_SLOTS, l->nslots);
 	put32(pl + HELLO_SLOT_SIZE, (uint32_t)ctx->attr.slot_size);
 	put32(pl + HELLO_MAX_MSG, (uint32_t)ctx->attr.max_msg);
@@ -832,23 +837,26 @@ static void hello_bad(struct vbi_lane *l, const char *why, bool fatal)
 		vbi_event(ctx, VB_EV_PEER_DOWN, l->peer ? l->peer->name : "", "%s", why);
 }
 
-/* The remote node's UD endpoint (FANOUT), from its first HELLO. */
-static void peer_set_ud(struct vbi_peer *p, const uint8_t *pl)
+/* The remote node's UD endpoint (FANOUT): from its first HELLO, and again
+ * from a UDADDR frame when it moved its endpoint to another device. The
+ * address handle is built on the device that carries our UD endpoint. */
+void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint8_t *gid)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	struct vbt_peer ud = { 0 };
 	struct vbt_ah_attr aa;
 	struct vbt_ah *ah = NULL;
 
-	ud.qpn = get32(pl + HELLO_UD_QPN) & 0xffffff;
-	ud.qkey = get32(pl + HELLO_UD_QKEY);
-	memcpy(ud.gid, pl + HELLO_GID, 16);
-	/* FANOUT publishers read these under ud_lock; the UD endpoint (and
-	 * the primary device's PD) is gone once ud_qp is NULL (vbi_dev_reap) */
+	ud.qpn = qpn & 0xffffff;
+	ud.qkey = qkey;
+	memcpy(ud.gid, gid, 16);
+	/* FANOUT publishers read these under ud_lock; the UD endpoint and its
+	 * device's PD are valid while ud_qp is set (vbi_dev_reap changes them
+	 * under ud_lock) */
 	pthread_mutex_lock(&ctx->ud_lock);
-	if (ctx->ud_qp && !atomic_load(&ctx->dr[0].removed)) {
-		vbt_ah_attr_from_peer(ctx->dr[0].dev, &ud, &aa);
-		if (ctx->ops->ah_create(ctx->dr[0].pd, &aa, &ah))
+	if (ctx->ud_qp) {
+		vbt_ah_attr_from_peer(ctx->ud_dr->dev, &ud, &aa);
+		if (ctx->ops->ah_create(ctx->ud_dr->pd, &aa, &ah))
 			vbi_warn("peer '%s': no address handle for FANOUT: %s", p->name,
 				 vbi_errmsg());
 	}
@@ -953,7 +961,8 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		p->name[VBI_NAME_MAX - 1] = '\0';
 		p->uid = uid;
 		addr_from_hello(pl, &p->sb_addr);
-		peer_set_ud(p, pl);
+		vbi_peer_set_ud(p, get32(pl + HELLO_UD_QPN), get32(pl + HELLO_UD_QKEY),
+				pl + HELLO_GID);
 		pthread_mutex_lock(&p->txlock);
 		old = vbi_path_switch(&p->path, l, vbi_mono_ns(), &l->epoch);
 		pthread_mutex_unlock(&p->txlock);

@@ -621,6 +621,27 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 	vbi_msg_put(ctx, m);
 }
 
+/* @m's buffer is in the pool of another device than the UD endpoint's (it
+ * moved: vbi_dev_reap): copy it over, since datagrams are posted from the
+ * message's own buffer. ud_lock held; nothing was posted from @m yet. */
+static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg *m)
+{
+	struct vbi_devres *dr = ctx->ud_dr;
+	struct vbi_buf nb;
+	int rc;
+
+	if (m->dr == dr)
+		return 0;
+	rc = vbi_mempool_alloc(dr->pool, m->buf.len, &nb);
+	if (rc)
+		return rc;
+	memcpy(nb.addr, m->buf.addr, m->buf.len);
+	vbi_mempool_free(m->dr->pool, m->buf.addr);
+	m->buf = nb;
+	m->dr = dr;
+	return 0;
+}
+
 /* Post @pub's pending batch datagram, if any. ud_lock and pub->lock held.
  * -EAGAIN when the ring has no room for it (it stays pending). */
 static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
@@ -640,6 +661,8 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 		vbi_msg_put(ctx, m);
 		return 0;
 	}
+	if (fanout_rehome(ctx, m))
+		return -EAGAIN; /* stays pending */
 	nt = fanout_targets(pub, targets, 64);
 	grp = vbi_mcast_pub_group(pub);
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
@@ -707,7 +730,13 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	if (!ctx->ud_qp) {
 		pthread_mutex_unlock(&ctx->ud_lock);
 		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
-			       pub->topic, ctx->dr[0].name);
+			       pub->topic, ctx->ud_dr->name);
+	}
+	if ((rc = fanout_rehome(ctx, m))) {
+		pthread_mutex_unlock(&ctx->ud_lock);
+		if (rc == -EAGAIN)
+			atomic_fetch_add(&ctx->st.backpressure, 1);
+		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, 64);
@@ -914,10 +943,17 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 		return vbi_err(-ENOMEM, "message");
 	m->dr = &ctx->dr[0];
 	/* the primary device is gone (its pool may be detached already):
-	 * ORDERED goes on over the standby */
+	 * ORDERED goes on over the standby; FANOUT is posted zero-copy by the
+	 * UD endpoint, wherever it is (fanout_rehome if it moves meanwhile) */
 	if (ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED)
 		m->dr = &ctx->dr[1];
+	else if (pub->cls == VB_FANOUT)
+		m->dr = ctx->ud_dr;
 	rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
+	if (rc == -ENODEV && pub->cls == VB_FANOUT && m->dr != ctx->ud_dr) {
+		m->dr = ctx->ud_dr; /* the endpoint moved meanwhile */
+		rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
+	}
 	if (rc) {
 		free(m);
 		if (rc == -EAGAIN)

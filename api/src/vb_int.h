@@ -312,6 +312,7 @@ struct vbi_peer {
 	atomic_uint_fast64_t last_post_ns; /* last data SEND posted */
 	atomic_uint_fast64_t hold_since_ns; /* data held for batching since (0: none) */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
+	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
 				   * it again (progress thread, after_poll) */
 
@@ -413,9 +414,12 @@ struct vb_ctx {
 	struct vbi_errpol errpol;  /* every error completion / async event classified */
 	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
 
-	/* UD endpoint (FANOUT) */
+	/* UD endpoint (FANOUT), on ud_dr (dr[0]; dr[1] after dr[0] was removed:
+	 * vbi_dev_reap moves it, under ud_lock) */
+	struct vbi_devres *_Atomic ud_dr;
 	struct vbt_qp *ud_qp;
-	struct vbt_peer ud_local;
+	struct vbt_peer ud_local;  /* its address (ud_addr_lock: a leaf lock) */
+	pthread_mutex_t ud_addr_lock;
 	pthread_mutex_t ud_lock;   /* posting on the UD QP */
 	struct vbi_sring ud_sr;
 	struct vbi_slot *ud_slots;
@@ -503,6 +507,12 @@ void vbi_peer_pev_flush(struct vbi_peer *p);
 int vbi_peer_init_path(struct vbi_peer *p);
 void vbi_peer_allow_degrade(struct vbi_peer *p);
 void vbi_dev_event(const struct vbt_event *ev, void *arg);
+#define VBI_UDADDR_LEN 24 /* UDADDR payload: qpn, qkey, gid */
+/* Our UD endpoint's address (for HELLO and UDADDR frames); any thread. */
+void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out);
+/* @p's UD endpoint (HELLO, UDADDR): its address handle is rebuilt on the
+ * device of ours; progress context. */
+void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint8_t *gid);
 int vbi_maint_start(struct vb_node *node);
 void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
