@@ -606,7 +606,8 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
  * memory stays: messages in retransmit windows live there), CQ, PD and the
  * device itself. Nothing is waited for here: it is tried again each round.
  */
-/* The UD endpoint's objects. ud_lock held. */
+/* The UD endpoint's objects. ud_lock held (or the context is being
+ * destroyed: no other thread left). */
 static void ud_teardown(struct vb_ctx *ctx)
 {
 	if (ctx->ud_qp) {
@@ -1076,16 +1077,9 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 				break;
 			}
 		}
-		ctx->ops->qp_destroy(ctx->ud_qp);
 	}
+	ud_teardown(ctx);
 	vbi_mcast_ctx_fini(ctx); /* after the UD QP: no send names a group AH */
-	vbi_sring_fini(ctx, &ctx->ud_sr);
-	if (ctx->ud_slots) {
-		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
-			if (ctx->ud_slots[i].buf.addr)
-				vbi_mempool_free(ctx->ud_dr->pool, ctx->ud_slots[i].buf.addr);
-		free(ctx->ud_slots);
-	}
 	for (unsigned i = 2; i-- > 0;)
 		devres_close(ctx, i);
 	pthread_mutex_destroy(&ctx->lock);
