@@ -745,10 +745,9 @@ static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint1
 						   accept_main3 };
 	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
 	struct vb_ctx *ctx = node->ctx;
+	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
 	struct sockaddr_storage ss;
 	int rc;
-
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
 
 	if (atomic_load(&dr->removed))
 		return vbi_err(-ENODEV, "%s was removed", dr->name);
