@@ -1101,7 +1101,7 @@ void vbi_lane_retire(struct vbi_lane *l)
 	pthread_mutex_lock(&node->maint_lock);
 	/* it stays on its peer's (or the pending) list, marked retiring: the
 	 * maintenance thread finds it there (maint_retire); the count only
-	 * keeps that thread from sleeping while some are waiting */
+	 * keeps that thread from sleeping on a retire it has not seen yet */
 	node->retiring++;
 	pthread_cond_broadcast(&node->maint_cv);
 	pthread_mutex_unlock(&node->maint_lock);
@@ -1183,39 +1183,42 @@ static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
 	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
 }
 
-/* Retire lanes marked so: peers' lanes and pending (unbound) ones. */
+/* Retire lanes marked so: peers' lanes and pending (unbound) ones; one
+ * still in its set-up thread's hands is left for a later round. */
 static void maint_retire(struct vb_node *node)
 {
 	for (;;) {
 		struct vbi_lane *victim = NULL;
 
 		pthread_rwlock_wrlock(&node->lock);
-		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
-			if (atomic_load(&(*q)->dead) || atomic_load(&(*q)->fail_act)) {
-				victim = *q;
-				*q = victim->next;
-				victim->next = NULL;
-				atomic_store(&victim->retiring, true);
-				break;
-			}
+		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next) {
+			if (!atomic_load(&(*q)->dead) && !atomic_load(&(*q)->fail_act))
+				continue;
+			if (atomic_load(&(*q)->in_setup))
+				continue;
+			victim = *q;
+			*q = victim->next;
+			victim->next = NULL;
+			atomic_store(&victim->retiring, true);
+			break;
+		}
 		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
 			pthread_mutex_lock(&p->txlock);
-			for (struct vbi_lane *l = p->lanes; l; l = l->next)
-				if (atomic_load(&l->retiring) && !atomic_load(&l->draining)) {
-					atomic_store(&l->draining, true);
-					victim = l;
-					break;
-				}
+			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
+				if (!atomic_load(&l->retiring) || atomic_load(&l->draining))
+					continue;
+				if (atomic_load(&l->in_setup))
+					continue;
+				atomic_store(&l->draining, true);
+				victim = l;
+				break;
+			}
 			pthread_mutex_unlock(&p->txlock);
 		}
 		pthread_rwlock_unlock(&node->lock);
 		if (!victim)
 			return;
 		vbi_lane_destroy_now(victim);
-		pthread_mutex_lock(&node->maint_lock);
-		if (node->retiring)
-			node->retiring--;
-		pthread_mutex_unlock(&node->maint_lock);
 	}
 }
 
@@ -1415,6 +1418,9 @@ static void *maint_main(void *arg)
 		pthread_mutex_lock(&node->maint_lock);
 		if (!node->retiring)
 			pthread_cond_timedwait(&node->maint_cv, &node->maint_lock, &dl);
+		/* maint_retire below sees every lane marked so far (also those
+		 * another thread destroys itself, or leaves for a later round) */
+		node->retiring = 0;
 		pthread_mutex_unlock(&node->maint_lock);
 		if (atomic_load(&node->stop))
 			break;

@@ -680,6 +680,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 			nanosleep(&ts, NULL);
 			continue;
 		}
+		atomic_store(&l->in_setup, true);
 		rc = ctx->ops->accept(node->listener[idx], l->qp, &cp, &l->conn);
 		if (rc == -ETIMEDOUT && vbt_qp_state(l->qp) == VB_QPS_INIT)
 			continue;
@@ -701,6 +702,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 			node->pending = l;
 		}
 		pthread_rwlock_unlock(&node->lock);
+		atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
 		l = NULL;
 	}
 	if (l)
@@ -895,6 +897,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	}
 	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, &l)))
 		goto err_count;
+	atomic_store(&l->in_setup, true); /* ours until the handshake is done */
 	pthread_mutex_lock(&p->txlock);
 	l->id = p->next_lane_id++;
 	l->role = VBI_LANE_PRIMARY;
@@ -926,6 +929,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 		}
 		vbi_progress_or_nap(ctx);
 	}
+	atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
 	return 0;
 err_linked:
 	/* The peer object stays on the node (dead) until vb_node_destroy: the

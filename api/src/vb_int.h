@@ -238,6 +238,9 @@ struct vbi_lane {
 	atomic_bool dead;        /* failed or being retired: no more posts */
 	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
 	atomic_bool retiring;    /* on node->retire (once) */
+	atomic_bool in_setup;    /* the thread accepting or connecting it still
+				  * uses it (the peer's HELLO can bind it before
+				  * that returns): maint_retire leaves it alone */
 	atomic_bool hello_rcvd;
 	atomic_bool hello_sent;
 	atomic_bool hello_claim; /* our HELLO is being / was sent (once) */
