@@ -326,6 +326,16 @@ err:
 	return vbi_err_prefix(rc, "send ring");
 }
 
+void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n)
+{
+	if (!slots)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		if (slots[i].buf.addr)
+			vbi_mempool_free(pool, slots[i].buf.addr);
+	free(slots);
+}
+
 void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr)
 {
 	if (!sr->ctx)
@@ -616,13 +626,8 @@ static void ud_teardown(struct vb_ctx *ctx)
 	}
 	ctx->ud_posted = 0;
 	vbi_sring_fini(ctx, &ctx->ud_sr);
-	if (ctx->ud_slots) {
-		for (uint32_t i = 0; i < ctx->ud_nslots; i++)
-			if (ctx->ud_slots[i].buf.addr)
-				vbi_mempool_free(ctx->ud_dr->pool, ctx->ud_slots[i].buf.addr);
-		free(ctx->ud_slots);
-		ctx->ud_slots = NULL;
-	}
+	vbi_slots_free(ctx->ud_dr->pool, ctx->ud_slots, ctx->ud_nslots);
+	ctx->ud_slots = NULL;
 }
 
 /* Every peer's FANOUT address handle: dropped (@rebuild false) or built

@@ -867,6 +867,28 @@ void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint
 	pthread_mutex_unlock(&ctx->ud_lock);
 }
 
+uint32_t vbi_udaddr_frame(struct vb_ctx *ctx, uint8_t *buf)
+{
+	struct vbi_wire_hdr h = { .type = VBI_WT_UDADDR, .len = VBI_UDADDR_LEN };
+	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+	struct vbt_peer ud;
+
+	vbi_ud_addr(ctx, &ud);
+	vbi_wire_put(buf, &h);
+	put32(pl, ud.qpn);
+	put32(pl + 4, ud.qkey);
+	memcpy(pl + 8, ud.gid, 16);
+	return VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN;
+}
+
+void vbi_peer_on_udaddr(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl)
+{
+	if (h->len < VBI_UDADDR_LEN)
+		return;
+	vbi_peer_set_ud(p, get32(pl), get32(pl + 4), pl + 8);
+	vbi_info("peer '%s': its FANOUT endpoint moved (UD QP %u)", p->name, p->ud.qpn);
+}
+
 /*
  * HELLO on lane @l. Progress context; node->lock held for writing when the
  * lane is not bound yet (it may create a peer), for reading otherwise.
@@ -1157,12 +1179,7 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	if (l->qp)
 		ctx->ops->qp_destroy(l->qp);
 	vbi_sring_fini(ctx, &l->sr);
-	if (l->slots) {
-		for (uint32_t i = 0; i < l->nslots; i++)
-			if (l->slots[i].buf.addr)
-				vbi_mempool_free(l->dr->pool, l->slots[i].buf.addr);
-		free(l->slots);
-	}
+	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
 	pthread_mutex_destroy(&l->own_lock);
 	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
 	atomic_fetch_sub(&l->dr->nlanes, 1);

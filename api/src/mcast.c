@@ -278,13 +278,8 @@ static void qp_close(struct vb_ctx *ctx)
 	if (ctx->ops->qp_destroy(m->qp))
 		vbi_warn("multicast QP: %s", vbi_errmsg());
 	m->qp = NULL;
-	if (m->slots) {
-		for (uint32_t i = 0; i < m->nslots; i++)
-			if (m->slots[i].buf.addr)
-				vbi_mempool_free(ctx->pool, m->slots[i].buf.addr);
-		free(m->slots);
-		m->slots = NULL;
-	}
+	vbi_slots_free(ctx->pool, m->slots, m->nslots);
+	m->slots = NULL;
 }
 
 static void leave(struct vb_ctx *ctx, struct vbt_mcast *mc)

@@ -352,15 +352,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			vbi_pub_on_nak(p->node, p, &h);
 			break;
 		case VBI_WT_UDADDR:
-			if (h.len >= VBI_UDADDR_LEN) {
-				uint32_t qpn, qkey;
-
-				memcpy(&qpn, pl, 4);
-				memcpy(&qkey, pl + 4, 4);
-				vbi_peer_set_ud(p, le32toh(qpn), le32toh(qkey), pl + 8);
-				vbi_info("peer '%s': its FANOUT endpoint moved (UD QP %u)", p->name,
-					 le32toh(qpn) & 0xffffff);
-			}
+			vbi_peer_on_udaddr(p, &h, pl);
 			break;
 		case VBI_WT_BYE:
 			p->remote_closed = true;
@@ -529,21 +521,9 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	/* our FANOUT endpoint moved: tell the peer, on a lane that stays */
 	if (atomic_load_explicit(&p->ud_announce, memory_order_relaxed) && l &&
 	    atomic_load(&l->hello_rcvd) && !atomic_load(&l->dr->fatal) &&
-	    l->max_send >= VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN) {
-		struct vbi_wire_hdr h = { .type = VBI_WT_UDADDR, .len = VBI_UDADDR_LEN };
-		struct vbt_peer ud;
-		uint32_t v;
-
-		vbi_ud_addr(p->node->ctx, &ud);
-		vbi_wire_put(buf, &h);
-		v = htole32(ud.qpn);
-		memcpy(buf + VBI_WIRE_HDR_LEN, &v, 4);
-		v = htole32(ud.qkey);
-		memcpy(buf + VBI_WIRE_HDR_LEN + 4, &v, 4);
-		memcpy(buf + VBI_WIRE_HDR_LEN + 8, ud.gid, 16);
-		if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN) == 0)
-			atomic_store(&p->ud_announce, false);
-	}
+	    l->max_send >= VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN &&
+	    vbi_lane_send_ctrl(l, buf, vbi_udaddr_frame(p->node->ctx, buf)) == 0)
+		atomic_store(&p->ud_announce, false);
 	if (l && atomic_load(&l->hello_rcvd)) {
 		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
 

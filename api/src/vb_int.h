@@ -135,7 +135,7 @@ struct vbi_devres {
 	atomic_int nlanes;       /* lanes whose QP is on this device */
 	atomic_int nlisteners;   /* node listeners bound to this device */
 	bool closed;             /* progress thread: all objects on it closed */
-	bool ud_closed;          /* [0]: the UD endpoint (FANOUT) on it closed */
+	bool ud_closed;          /* the UD endpoint (FANOUT) moved off it, or closed */
 	bool mc_warned;
 	uint64_t removed_ns;
 	uint64_t wait_log_ns;     /* progress: last 'still waiting' message */
@@ -477,6 +477,9 @@ uint32_t vbi_topic_id(const char *name);
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
 		   uint32_t n, uint8_t kind, struct vbi_lane *lane, bool batch_bufs);
 void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
+/* Free receive slots' buffers (back to @pool) and the array; NULL-safe.
+ * Nothing may still be posted from them. */
+void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
 struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
 void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
@@ -516,6 +519,11 @@ void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out);
 /* @p's UD endpoint (HELLO, UDADDR): its address handle is rebuilt on the
  * device of ours; progress context. */
 void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint8_t *gid);
+/* A UDADDR frame (our UD endpoint's address) into @buf, which has room for
+ * VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN bytes; returns its length. Any thread. */
+uint32_t vbi_udaddr_frame(struct vb_ctx *ctx, uint8_t *buf);
+/* A UDADDR frame from @p (its FANOUT endpoint moved); progress context. */
+void vbi_peer_on_udaddr(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl);
 int vbi_maint_start(struct vb_node *node);
 void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
