@@ -19,7 +19,22 @@ off() {
 [ -n "$run" ] && [ -d "$run" ] || { echo "guest: no run directory"; off; }
 touch "$run/booted"
 
+# A fresh tmpfs on /tmp, but what the command needs from the host's /tmp (a
+# checkout there: its root and the command's directory, listed by vm-run.sh
+# in $run/keep) is bound back at the same paths.
+mkdir -p "$run/hosttmp"
+mount --bind /tmp "$run/hosttmp"
 mount -t tmpfs tmpfs /tmp
+bind_back() { # PATH: from the host's /tmp, unless already under a bound one
+  case "$1" in /tmp/*) ;; *) return 0 ;; esac
+  [ -n "$bound" ] && case "$1" in "$bound"|"$bound"/*) return 0 ;; esac
+  mkdir -p "$1" && mount --bind "$run/hosttmp${1#/tmp}" "$1" && bound=$1 \
+    || echo "guest: cannot bind $1 from the host's /tmp"
+}
+bound=""
+{ IFS= read -r k_root; IFS= read -r k_cwd; } < "$run/keep" 2>/dev/null
+bind_back "$k_root"
+bind_back "$k_cwd"
 mount -t tmpfs tmpfs /run
 mkdir -p /dev/shm /dev/pts
 mount -t tmpfs tmpfs /dev/shm

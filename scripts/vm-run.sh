@@ -93,6 +93,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 printf '%q ' "$@" > "$run/cmd"
 pwd > "$run/cwd"
+# Paths under /tmp the guest binds back over its own tmpfs there: the
+# checkout's root first (it holds the command's directory, usually), then
+# the command's directory.
+{ (cd "$here/.." && pwd); pwd; } > "$run/keep"
 echo "$cmd_timeout" > "$run/timeout"
 env | grep -E '^(VERBUS_|ASAN_|UBSAN_|TSAN_|LSAN_|CTEST_)' | while IFS='=' read -r k v; do
   printf 'export %s=%q\n' "$k" "$v"

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,9 @@ struct shm {
 	uint64_t published[VBT_FO_MAX_TOPICS];
 	uint64_t delivered[VBT_FO_MAX_TOPICS], lost[VBT_FO_MAX_TOPICS];
 	uint64_t ooo, dup, corrupt;
-	unsigned faults;
+	unsigned faults;           /* faults done (tried): releases the holds */
+	unsigned caused;           /* of those, the ones whose hook returned 0 */
+	int fault_rc[VBT_FO_MAX_FAULTS];
 	uint64_t fault_ns[VBT_FO_MAX_FAULTS];
 	uint64_t first_ns[VBT_FO_MAX_FAULTS];
 	uint64_t cold_ns;
@@ -150,26 +153,83 @@ void vbt_fo_mark_fault(void)
 	ST(&sh->fault_ns[cur_fault], mono_ns());
 }
 
-/* Cause the faults whose thresholds @count has reached. */
+/* Messages (topic 0) before fault @k may be caused. */
+static uint64_t fault_threshold(unsigned k)
+{
+	return cfg->fault_at[k] ? cfg->fault_at[k] : (cfg->msgs * (k + 1)) / (cfg->nfaults + 1);
+}
+
+/*
+ * With the faults on the subscriber's side (caused from its wait loop when
+ * enough has arrived), the publishers hold message @fault_hold(k) of every
+ * topic until fault k is done: the stream cannot drain before a fault
+ * whatever the host's speed, and at least one message follows each fault.
+ */
+static uint64_t fault_hold(unsigned k)
+{
+	uint64_t slack = cfg->hold_slack ? cfg->hold_slack
+					 : cfg->msgs / (2 * (cfg->nfaults + 1));
+	uint64_t at = fault_threshold(k) + (slack ? slack : 1);
+
+	return at < cfg->msgs ? at : cfg->msgs - 1;
+}
+
+/* A fault hook's error that may go away (no active lane at that moment):
+ * tried again for a while. */
+static bool fault_retryable(int rc)
+{
+	return rc == -EAGAIN || rc == -ENOTCONN || rc == -ENOENT || rc == -EBUSY;
+}
+
+/* Cause the faults whose thresholds @count has reached. Only a fault whose
+ * hook succeeded counts as caused; either way it is done (the holds
+ * release) and its result is kept for the audit. */
 static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 {
 	unsigned k = sh->faults;
+	uint64_t t0;
 	int rc;
 
-	if (k >= cfg->nfaults)
-		return;
-	if (count < (cfg->fault_at[k] ? cfg->fault_at[k]
-				      : (cfg->msgs * (k + 1)) / (cfg->nfaults + 1)))
+	if (k >= cfg->nfaults || count < fault_threshold(k))
 		return;
 	wait_standby(ctx, k);
-	ST(&sh->fault_ns[k], mono_ns());
 	cur_fault = k;
-	rc = cfg->fault_ctx ? cfg->fault_ctx(ctx, node, k, cfg->arg) : cfg->fault(node, k, cfg->arg);
-	if (rc)
+	for (t0 = vbt_now_ms();; usleep(10000)) {
+		ST(&sh->fault_ns[k], mono_ns());
+		rc = cfg->fault_ctx ? cfg->fault_ctx(ctx, node, k, cfg->arg)
+				    : cfg->fault(node, k, cfg->arg);
+		if (!fault_retryable(rc) || vbt_now_ms() - t0 > 10000)
+			break;
+	}
+	sh->fault_rc[k] = rc;
+	if (rc) {
+		ST(&sh->fault_ns[k], 0); /* nothing to measure from */
 		fprintf(stderr, "  fault %u not caused: %d %s\n", k, rc, vb_errmsg());
+	} else {
+		ST(&sh->caused, LD(&sh->caused) + 1);
+	}
 	ST(&sh->faults, k + 1);
 	if (!cfg->quiet)
-		fprintf(stderr, "  fault %u caused at %" PRIu64 " messages\n", k, count);
+		fprintf(stderr, "  fault %u %s at %" PRIu64 " messages\n", k, rc ? "tried" : "caused",
+			count);
+}
+
+/* Publisher threads, before message @i: wait while a subscriber-side fault
+ * that must come first is not done. 0, or -ETIMEDOUT/-ECANCELED. */
+static int hold_for_faults(uint64_t i, uint64_t t0)
+{
+	unsigned k;
+
+	if (cfg->side != VBT_FO_SUB)
+		return 0;
+	while ((k = LD(&sh->faults)) < cfg->nfaults && i >= fault_hold(k)) {
+		if (LD(&sh->abort) || LD(&sh->sub_done))
+			return -ECANCELED;
+		if (vbt_now_ms() - t0 > run_timeout_ms())
+			return -ETIMEDOUT;
+		usleep(200);
+	}
+	return 0;
 }
 
 /* ---- subscriber process ------------------------------------------------------------------- */
@@ -294,8 +354,8 @@ static int sub_main(void *arg)
 	while (!sub_done_yet() && !LD(&sh->abort)) {
 		static uint64_t last_print;
 
-		if (cfg->side == VBT_FO_SUB && LD(&sh->go))
-			maybe_fault(ctx, node, LD(&sh->delivered[0]));
+		if (cfg->side == VBT_FO_SUB && LD(&sh->go)) /* FANOUT: lost ones arrived too */
+			maybe_fault(ctx, node, LD(&sh->delivered[0]) + LD(&sh->lost[0]));
 		usleep(500);
 		if (vbt_now_ms() - last_print >= 10000) { /* progress on long runs */
 			static uint64_t last_delivered = UINT64_MAX;
@@ -400,6 +460,13 @@ static void *pub_thread(void *arg)
 
 		if (p->t == 0 && cfg->side == VBT_FO_PUB)
 			maybe_fault(p->ctx, p->node, i);
+		if ((rc = hold_for_faults(i, t0))) {
+			snprintf(sh->why, sizeof(sh->why),
+				 "publish topic %u: held at #%" PRIu64 " for fault %u: %s", p->t, i,
+				 LD(&sh->faults), rc == -ETIMEDOUT ? "timed out" : "run ended");
+			p->rc = rc;
+			break;
+		}
 		vbt_msg_fill(buf, len, p->t + 1, i);
 		rc = vb_publish(p->pub, buf, len, NULL);
 		if (rc == 0) {
@@ -427,6 +494,62 @@ static void *pub_thread(void *arg)
 	return NULL;
 }
 
+/* Append one failed clause to @res->why ("; "-separated). */
+static void clause(struct vbt_fo_result *res, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void clause(struct vbt_fo_result *res, const char *fmt, ...)
+{
+	size_t n = strlen(res->why);
+	va_list ap;
+
+	if (n && n + 2 < sizeof(res->why)) {
+		memcpy(res->why + n, "; ", 3);
+		n += 2;
+	}
+	va_start(ap, fmt);
+	vsnprintf(res->why + n, sizeof(res->why) - n, fmt, ap);
+	va_end(ap);
+}
+
+/* The verdict, each failed clause named in @res->why (after what the run
+ * itself reported). */
+static void audit(const struct vbt_fo_cfg *c, struct vbt_fo_result *res, int rc, int st)
+{
+	uint64_t want = (uint64_t)c->topics * c->msgs;
+	size_t before;
+
+	if (!res->why[0] && sh->why[0])
+		snprintf(res->why, sizeof(res->why), "%s", sh->why);
+	before = strlen(res->why);
+	if (rc)
+		clause(res, "run: %d (%s)", rc, strerror(-rc));
+	if (st)
+		clause(res, "subscriber process: exit %d", st);
+	if (res->faults != c->nfaults) {
+		clause(res, "faults caused: %u of %u", res->faults, c->nfaults);
+		for (unsigned k = 0; k < res->faults_tried; k++)
+			if (sh->fault_rc[k])
+				clause(res, "fault %u: %d (%s)", k, sh->fault_rc[k],
+				       strerror(-sh->fault_rc[k]));
+	}
+	if (res->published != want)
+		clause(res, "published: %" PRIu64 " of %" PRIu64, res->published, want);
+	if (res->out_of_order)
+		clause(res, "out of order: %" PRIu64, res->out_of_order);
+	if (res->duplicates)
+		clause(res, "duplicates: %" PRIu64, res->duplicates);
+	if (res->corrupt)
+		clause(res, "corrupt: %" PRIu64, res->corrupt);
+	if (c->cls == VB_ORDERED && res->delivered != res->published)
+		clause(res, "delivered: %" PRIu64 " of %" PRIu64, res->delivered, res->published);
+	if (c->cls == VB_ORDERED && res->lost)
+		clause(res, "reported lost (ORDERED): %" PRIu64, res->lost);
+	if (c->cls != VB_ORDERED && res->delivered + res->lost != res->published)
+		clause(res, "delivered + lost: %" PRIu64 " + %" PRIu64 " != published %" PRIu64,
+		       res->delivered, res->lost, res->published);
+	res->ok = strlen(res->why) == before && !rc && !st;
+}
+
 int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 {
 	struct pubthr thr[VBT_FO_MAX_TOPICS] = { 0 };
@@ -441,9 +564,12 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 
 	memset(res, 0, sizeof(*res));
 	if (!c->topics || c->topics > VBT_FO_MAX_TOPICS || c->nfaults > VBT_FO_MAX_FAULTS ||
-	    !c->msgs || (!c->fault && !c->fault_ctx))
+	    c->msgs < 2 || (!c->fault && !c->fault_ctx))
 		return -EINVAL;
 	cfg = c;
+	for (unsigned k = 0; k < c->nfaults; k++) /* each threshold reachable, in order */
+		if (fault_threshold(k) >= c->msgs || (k && fault_threshold(k) < fault_threshold(k - 1)))
+			return -EINVAL;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return -errno;
@@ -543,8 +669,9 @@ out:
 	res->out_of_order = LD(&sh->ooo);
 	res->duplicates = LD(&sh->dup);
 	res->corrupt = LD(&sh->corrupt);
-	res->faults = LD(&sh->faults);
-	for (unsigned k = 0; k < res->faults; k++)
+	res->faults = LD(&sh->caused);
+	res->faults_tried = LD(&sh->faults);
+	for (unsigned k = 0; k < res->faults_tried; k++)
 		if (LD(&sh->first_ns[k]))
 			res->first_ns[res->measured++] = LD(&sh->first_ns[k]);
 	res->cold_connect_ns = LD(&sh->cold_ns);
@@ -566,13 +693,7 @@ out:
 		vb_ctx_destroy(ctx);
 	if (!res->why[0] && sh->why[0])
 		snprintf(res->why, sizeof(res->why), "%s", sh->why);
-	res->ok = !rc && st == 0 && !res->out_of_order && !res->duplicates && !res->corrupt &&
-		  res->faults == c->nfaults && res->published == (uint64_t)c->topics * c->msgs &&
-		  (c->cls == VB_ORDERED ? res->delivered == res->published && !res->lost
-					: res->delivered + res->lost == res->published);
-	if (!res->ok && !res->why[0])
-		snprintf(res->why, sizeof(res->why), "audit failed (rc %d, subscriber exit %d)", rc,
-			 st);
+	audit(c, res, rc, st);
 	munmap(sh, sizeof(*sh));
 	return 0;
 }

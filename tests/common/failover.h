@@ -11,7 +11,12 @@
  * other device). Faults are caused from the tests' own threads (never a
  * library thread): by @fault, on the publisher's or the subscriber's side,
  * @nfaults times, spread over the stream; each waits until a standby is
- * warm again before the next one.
+ * warm again before the next one. Faults are scheduled by the run's own
+ * control flow, never by a race with the stream: a publisher-side fault at
+ * its thread's own count, a subscriber-side one at the delivered count,
+ * with the publishers holding the stream a little past each threshold until
+ * that fault is done. A fault counts as caused only when its hook returned
+ * 0 (retryable errors are tried again for 10 s).
  *
  * Audit (ORDERED): per topic, every seq 1..n delivered exactly once, in
  * order, byte-exact (vbt_msg_verify). FANOUT: delivered + reported lost ==
@@ -57,7 +62,12 @@ struct vbt_fo_cfg {
 				    * until restore: those connects only time out) */
 	/* Optional (zero: the defaults). */
 	uint64_t fault_at[VBT_FO_MAX_FAULTS]; /* messages (topic 0) before fault k;
-					 * 0: evenly spread over the stream */
+					 * 0: evenly spread over the stream; each
+					 * below @msgs, in order (else -EINVAL) */
+	/* @side == VBT_FO_SUB: the publishers hold message fault_at[k] +
+	 * @hold_slack of every topic until fault k is done (so the stream
+	 * never drains before a fault); 0: half the default spacing. */
+	uint64_t hold_slack;
 	/* @side == VBT_FO_SUB: after everything arrived, before the stats are
 	 * taken (e.g. wait for a recovery to finish): 0, or negative = the run
 	 * fails (a message in vb_errmsg()/stderr). Bounded by the callee. */
@@ -70,13 +80,14 @@ struct vbt_fo_cfg {
 
 struct vbt_fo_result {
 	uint64_t published, delivered, lost, out_of_order, duplicates, corrupt;
-	unsigned faults;           /* caused */
+	unsigned faults;           /* caused (the hook returned 0) */
+	unsigned faults_tried;     /* reached (caused or not) */
 	unsigned measured;         /* faults with a first-delivery time */
 	uint64_t first_ns[VBT_FO_MAX_FAULTS]; /* fault -> first delivery after it */
 	uint64_t cold_connect_ns;  /* one vb_node_connect handshake, same run */
 	vb_stats_t pub_stats, sub_stats;
 	bool ok;                   /* audit passed */
-	char why[256];
+	char why[512];             /* else: every failed clause, by name */
 };
 
 int vbt_failover_run(const struct vbt_fo_cfg *cfg, struct vbt_fo_result *res);
