@@ -161,8 +161,8 @@ static int check_attr(const vb_ctx_attr_t *a)
 	if (!a->max_msg || a->max_msg > VBI_MEMPOOL_MAX_ALLOC - VBI_WIRE_HDR_LEN)
 		return vbi_err(-EINVAL, "max_msg %zu: 1..%u bytes", a->max_msg,
 			       VBI_MEMPOOL_MAX_ALLOC - VBI_WIRE_HDR_LEN);
-	if (!a->max_peers || a->max_peers > 1024)
-		return vbi_err(-EINVAL, "max_peers %u: 1..1024", a->max_peers);
+	if (!a->max_peers || a->max_peers > VBI_MAX_PEERS)
+		return vbi_err(-EINVAL, "max_peers %u: 1..%u", a->max_peers, VBI_MAX_PEERS);
 	if (a->window < 16 || a->window > (1u << 20))
 		return vbi_err(-EINVAL, "window %u: 16..1048576", a->window);
 	if (a->cm_timeout_ms <= 0)
@@ -237,20 +237,6 @@ uint32_t vbi_topic_id(const char *name)
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		h = (h ^ *p) * 16777619u;
 	return h ? h : 1;
-}
-
-void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
-{
-	char detail[256];
-	va_list ap;
-	vb_event_t ev = { .type = type, .peer = peer ? peer : "", .detail = detail };
-
-	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
-	vbi_info("event %d peer '%s': %s", (int)type, ev.peer, detail);
-	if (ctx->attr.on_event)
-		ctx->attr.on_event(&ev, ctx->attr.event_arg);
 }
 
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
@@ -454,7 +440,7 @@ static int ud_open(struct vb_ctx *ctx)
 	struct vbi_devres *dr = ctx->ud_dr;
 	struct vbt_qp_init_attr qa = {
 		.type = VB_QPT_UD, .send_cq = dr->cq, .recv_cq = dr->cq,
-		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
+		.cap = { .max_send_wr = ctx->ud_sq_depth, .max_recv_wr = ctx->sz.rq_depth,
 			 .max_send_sge = 2, .max_recv_sge = 1,
 			 .max_inline_data = ctx->sz.max_inline },
 	};
@@ -626,7 +612,9 @@ static void ud_teardown(struct vb_ctx *ctx)
 	}
 	ctx->ud_posted = 0;
 	vbi_sring_fini(ctx, &ctx->ud_sr);
-	vbi_slots_free(ctx->ud_dr->pool, ctx->ud_slots, ctx->ud_nslots);
+	/* a context whose create failed early never got its UD device */
+	if (ctx->ud_slots && atomic_load(&ctx->ud_dr))
+		vbi_slots_free(atomic_load(&ctx->ud_dr)->pool, ctx->ud_slots, ctx->ud_nslots);
 	ctx->ud_slots = NULL;
 }
 
@@ -770,6 +758,7 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		n += r;
 	}
 	vbi_peer_handle_failures(ctx);
+	vbi_cb_flush(ctx); /* events from every thread, no lock held */
 	for_each_peer_after_poll(ctx, n == 0);
 	vbi_pub_fanout_flush(ctx, n == 0);
 	if (n == 0) {
@@ -945,6 +934,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	pthread_mutex_init(&ctx->ud_lock, NULL);
 	pthread_mutex_init(&ctx->ud_addr_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
+	vbi_cb_init(ctx);
 	vbi_errpol_init(&ctx->errpol);
 	vbt_conn_param_init(&ctx->cp);
 	ctx->cp.cm_timeout_ms = attr->cm_timeout_ms;
@@ -991,6 +981,15 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	 * multicast QP (FANOUT receives), and one connection being replaced. */
 	per_qp = ctx->sz.sq_depth + ctx->sz.rq_depth;
 	nqp = 2 * attr->max_peers + 3;
+	/* The UD QP posts one datagram per unicast subscriber for each
+	 * message: its send queue holds at least one round to every peer, or
+	 * a FANOUT publisher with more subscribers than that could never
+	 * publish (clamped to the device: vbi_sizing's rule). */
+	ctx->ud_sq_depth = ctx->sz.sq_depth;
+	if (ctx->ud_sq_depth < attr->max_peers + 2)
+		ctx->ud_sq_depth = attr->max_peers + 2;
+	if (ctx->ud_sq_depth > si.max_qp_wr)
+		ctx->ud_sq_depth = si.max_qp_wr;
 	{
 		uint32_t *d = calloc(nqp, sizeof(*d));
 
@@ -1000,6 +999,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		}
 		for (unsigned i = 0; i < nqp; i++)
 			d[i] = per_qp;
+		d[0] = ctx->ud_sq_depth + ctx->sz.rq_depth; /* the UD QP */
 		rc = vbi_sizing_cq(d, nqp, si.max_cqe, &cqs);
 		free(d);
 	}
@@ -1055,6 +1055,8 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 {
 	if (!ctx)
 		return 0;
+	if (vbi_in_callback(ctx))
+		return vbi_err(-EDEADLK, "vb_ctx_destroy() from one of its callbacks");
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->nodes) {
 		pthread_mutex_unlock(&ctx->lock);
@@ -1091,6 +1093,7 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 	pthread_mutex_destroy(&ctx->ud_lock);
 	pthread_mutex_destroy(&ctx->ud_addr_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
+	vbi_cb_fini(ctx);
 	free(ctx);
 	return 0;
 }
@@ -1100,12 +1103,12 @@ const char *vb_recovery_action_name(unsigned i)
 	return i < VBI_ACT__COUNT ? vbi_err_action_name((enum vbi_err_action)i) : "?";
 }
 
-int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
+/* The whole current vb_stats_t; vb_ctx_stats_size() copies out what the
+ * caller's header knows of. */
+static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 {
 	struct vbi_mempool_stats ps;
 
-	if (!ctx || !st)
-		return vbi_err(-EINVAL, "NULL argument");
 	memset(st, 0, sizeof(*st));
 	st->published = atomic_load(&ctx->st.published);
 	st->delivered = atomic_load(&ctx->st.delivered);
@@ -1123,6 +1126,7 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 	st->keepalives = atomic_load(&ctx->st.keepalives);
 	st->devices_removed = atomic_load(&ctx->st.devices_removed);
 	st->devices_released = atomic_load(&ctx->st.devices_released);
+	st->events_dropped = atomic_load(&ctx->st.events_dropped);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);
@@ -1174,5 +1178,18 @@ int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st)
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
+}
+
+int vb_ctx_stats_size(vb_ctx_t *ctx, vb_stats_t *st, size_t size)
+{
+	vb_stats_t all;
+
+	if (!ctx || !st)
+		return vbi_err(-EINVAL, "NULL argument");
+	if (size < sizeof(uint64_t))
+		return vbi_err(-EINVAL, "vb_stats_t of %zu bytes: call vb_ctx_stats(), which "
+			       "passes sizeof(vb_stats_t) of the caller's header", size);
+	ctx_stats(ctx, &all);
+	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }

@@ -1094,6 +1094,9 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		vbi_dispatch_frames(ctx, l, data, byte_len);
 	}
 	pthread_rwlock_unlock(&node->lock);
+	/* the callbacks, with no lock held; the slot (what they read) is
+	 * posted again after them */
+	vbi_cb_flush(ctx);
 	if (atomic_load(&l->draining) || atomic_load(&l->dead))
 		return;
 	if (post_slot(l, slot)) {
@@ -1423,7 +1426,7 @@ static void *maint_main(void *arg)
 
 	while (!atomic_load(&node->stop)) {
 		struct timespec dl;
-		struct vbi_peer *todo[64];
+		struct vbi_peer *todo[VBI_MAX_PEERS];
 		unsigned n = 0;
 
 		clock_gettime(CLOCK_REALTIME, &dl);
@@ -1446,7 +1449,7 @@ static void *maint_main(void *arg)
 		/* Peers are freed only when the node is destroyed (after this
 		 * thread is joined): the snapshot stays valid. */
 		pthread_rwlock_rdlock(&node->lock);
-		for (struct vbi_peer *p = node->peers; p && n < 64; p = p->next)
+		for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
 			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
 				todo[n++] = p;
 		pthread_rwlock_unlock(&node->lock);

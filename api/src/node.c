@@ -590,6 +590,7 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 		off += (uint32_t)r;
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	vbi_cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
 	vbi_ud_repost(ctx, slot);
 }
 
@@ -863,6 +864,9 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	int rc;
 
 	addr_str(addr, where, sizeof(where));
+	if (vbi_in_callback(ctx))
+		return vbi_err(-EDEADLK, "connect to %s from a callback: the handshake is "
+			       "completed by this very thread; connect from another thread", where);
 	p = vbi_peer_alloc(node);
 	if (!p)
 		return vbi_err_prefix(-ENOMEM, "connect to %s", where);
@@ -1036,6 +1040,9 @@ int vb_node_destroy(vb_node_t *node)
 	if (!node)
 		return 0;
 	ctx = node->ctx;
+	if (vbi_in_callback(ctx))
+		return vbi_err(-EDEADLK, "vb_node_destroy() from a callback: its connections are "
+			       "drained by this very thread");
 	pthread_rwlock_rdlock(&node->lock);
 	if (node->pubs || node->subs) {
 		pthread_rwlock_unlock(&node->lock);

@@ -72,7 +72,7 @@ static uint64_t pub_release(struct vb_pub *pub)
 {
 	struct vb_ctx *ctx = pub->node->ctx;
 	uint64_t min = pub->win.next_seq - 1;
-	uint64_t acked[64];
+	uint64_t acked[VBI_MAX_PEERS];
 	unsigned n = 0;
 
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
@@ -80,7 +80,7 @@ static uint64_t pub_release(struct vb_pub *pub)
 			continue;
 		if (pp->acked < min)
 			min = pp->acked;
-		if (n < 64)
+		if (n < VBI_MAX_PEERS)
 			acked[n++] = pp->acked > pp->joined ? pp->acked : 0;
 	}
 	if (min > pub->win.acked)
@@ -129,8 +129,10 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		if (after != before || pub->win.acked != win_before)
 			pthread_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
 		pthread_mutex_unlock(&pub->lock);
-		if (after != before && pub->attr.on_ack)
-			pub->attr.on_ack(pub, after, pub->attr.arg);
+		/* run with no lock held, by vbi_cb_flush() */
+		if (after != before && pub->attr.on_ack && vbi_cb_queue_ack(pub, after))
+			vbi_warn("'%s': acknowledgement of %llu not reported: no memory", pub->topic,
+				 (unsigned long long)after);
 		return;
 	}
 }
@@ -646,7 +648,7 @@ static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg *m)
  * -EAGAIN when the ring has no room for it (it stays pending). */
 static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 {
-	struct vbi_peer *targets[64];
+	struct vbi_peer *targets[VBI_MAX_PEERS];
 	struct vbi_msg *m = pub->batch;
 	const struct vbt_mcast *grp;
 	unsigned nt;
@@ -663,7 +665,7 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	}
 	if (fanout_rehome(ctx, m))
 		return -EAGAIN; /* stays pending */
-	nt = fanout_targets(pub, targets, 64);
+	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
 		return -EAGAIN;
@@ -719,7 +721,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	struct vb_ctx *ctx = pub->node->ctx;
 	uint32_t mtu = ctx->ud_mtu, fmax = mtu - VBI_WIRE_HDR_LEN;
 	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
-	struct vbi_peer *targets[64];
+	struct vbi_peer *targets[VBI_MAX_PEERS];
 	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
 	const struct vbt_mcast *grp;
 	unsigned nt, nd;
@@ -739,7 +741,7 @@ static int fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	pthread_mutex_lock(&pub->lock);
-	nt = fanout_targets(pub, targets, 64);
+	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
 	if (nfrag == 1) {
@@ -961,6 +963,7 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	atomic_init(&m->refs, 1);
+	m->owner = pub;
 	claim->data = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
 	claim->len = len;
 	claim->priv_ = m;
@@ -971,6 +974,8 @@ int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim)
 {
 	if (!pub || !claim || !claim->priv_)
 		return vbi_err(-EINVAL, "no claim to abort");
+	if (((struct vbi_msg *)claim->priv_)->owner != pub)
+		return vbi_err(-EINVAL, "'%s': the claim was made on another publisher", pub->topic);
 	vbi_msg_put(pub->node->ctx, claim->priv_);
 	claim->priv_ = NULL;
 	return 0;
@@ -980,7 +985,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 {
 	struct vb_ctx *ctx;
 	struct vbi_msg *m;
-	struct vbi_peer *targets[64];
+	struct vbi_peer *targets[VBI_MAX_PEERS];
 	unsigned nt = 0;
 	struct vbi_wire_hdr h;
 	uint64_t seq;
@@ -988,6 +993,9 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 
 	if (!pub || !claim || !claim->priv_)
 		return vbi_err(-EINVAL, "no claim to commit");
+	if (((struct vbi_msg *)claim->priv_)->owner != pub)
+		return vbi_err(-EINVAL, "'%s': the claim was made on another publisher (commit it "
+			       "there)", pub->topic);
 	if (len > claim->len)
 		return vbi_err(-EINVAL, "commit of %zu bytes > %zu claimed", len, claim->len);
 	ctx = pub->node->ctx;
@@ -1017,7 +1025,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 				   .topic = pub->topic_id, .seq = seq, .len = m->len,
 				   .msg_len = m->len };
 	vbi_wire_put(m->buf.addr, &h);
-	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < 64; pp = pp->next_in_pub)
+	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < VBI_MAX_PEERS; pp = pp->next_in_pub)
 		if (!pp->dead)
 			targets[nt++] = pp->peer;
 	if (!nt)
@@ -1098,6 +1106,9 @@ int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms)
 	if (pub->cls != VB_ORDERED || !pub->attr.ack_quorum)
 		return vbi_err(-EINVAL, "'%s' has no acknowledgement quorum", pub->topic);
 	ctx = pub->node->ctx;
+	if (vbi_in_callback(ctx))
+		return vbi_err(-EDEADLK, "vb_pub_wait_acked() from a callback: the acknowledgements "
+			       "are read by this very thread; wait from another thread");
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += timeout_ms / 1000;
 	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
@@ -1269,15 +1280,24 @@ static uint64_t linger(struct vb_pub *pub, unsigned ms)
 	return left;
 }
 
+static void pub_free(void *pub)
+{
+	free(pub);
+}
+
 int vb_pub_destroy(vb_pub_t *pub)
 {
 	struct vb_node *node;
 	uint64_t left = 0;
+	bool in_cb;
 
 	if (!pub)
 		return 0;
 	node = pub->node;
-	if (pub->cls == VB_ORDERED && (left = linger(pub, pub->attr.linger_ms)))
+	in_cb = vbi_in_callback(node->ctx);
+	/* from a callback no acknowledgement can arrive while we wait (this
+	 * thread reads them): no linger */
+	if (pub->cls == VB_ORDERED && (left = linger(pub, in_cb ? 0 : pub->attr.linger_ms)))
 		atomic_fetch_add(&node->ctx->st.unacked_on_close, left);
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
@@ -1285,6 +1305,11 @@ int vb_pub_destroy(vb_pub_t *pub)
 			*pp = pub->next;
 			break;
 		}
+	atomic_store(&pub->dead, true); /* queued on_ack callbacks are skipped */
+	pthread_rwlock_unlock(&node->lock);
+	if (!in_cb)
+		vbi_cb_wait_idle(&pub->cb_pending);
+	pthread_rwlock_wrlock(&node->lock);
 	while (pub->peers) {
 		struct vbi_pubpeer *pp = pub->peers;
 
@@ -1306,11 +1331,14 @@ int vb_pub_destroy(vb_pub_t *pub)
 	if (left) {
 		int rc = vbi_err(-ETIMEDOUT, "'%s': %llu messages not acknowledged by every "
 				 "subscriber within %u ms; released", pub->topic,
-				 (unsigned long long)left, pub->attr.linger_ms);
+				 (unsigned long long)left, in_cb ? 0 : pub->attr.linger_ms);
 
-		free(pub);
+		if (!in_cb || !atomic_load(&pub->cb_pending) ||
+		    vbi_cb_defer_free(node->ctx, pub, pub_free))
+			free(pub);
 		return rc;
 	}
-	free(pub);
+	if (!in_cb || !atomic_load(&pub->cb_pending) || vbi_cb_defer_free(node->ctx, pub, pub_free))
+		free(pub);
 	return 0;
 }

@@ -55,6 +55,7 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 	vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
 	r->acked_sent = 0;
 	r->ack_next = 0;
+	r->dlv_next = 0;
 	r->nak_seq = 0;
 	r->nak_ms = 0;
 	atomic_fetch_add(&sub->publishers, 1);
@@ -125,8 +126,9 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
 	atomic_fetch_add(&sub->lost, lost);
 	atomic_fetch_add_explicit(&ctx->st.gaps, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&ctx->st.lost, lost, memory_order_relaxed);
-	if (sub->attr.on_gap)
-		sub->attr.on_gap(sub, r->session, lost, next, sub->attr.arg);
+	if (sub->attr.on_gap && vbi_cb_queue_gap(sub, r->session, lost, next))
+		vbi_warn("'%s': gap of %llu not reported to the application: no memory",
+			 sub->topic, (unsigned long long)lost);
 }
 
 /*
@@ -141,7 +143,9 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 {
 	struct vbi_peer *p = r->peer;
 
-	r->ack_next = r->rx.next; /* progress thread: rx.next is ours to read */
+	if (!r->dlv_next)
+		return; /* nothing delivered yet: the first delivery owes one */
+	r->ack_next = r->dlv_next; /* progress thread: dlv_next is ours to read */
 	if (urgent)
 		r->ack_urgent = true;
 	if (nak)
@@ -193,8 +197,11 @@ static void nak_owed(struct vbi_rxs *r)
 	ack_owed(r, true, false, true);
 }
 
-static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
-		    const void *data, size_t len)
+/* Accept message @h of stream @r and queue its delivery. @owned: a buffer
+ * holding @data that the delivery frees (NULL: @data is in the receive
+ * buffer). Returns whether @owned was taken. */
+static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
+		    const void *data, size_t len, void *owned)
 {
 	struct vb_ctx *ctx = sub->node->ctx;
 	uint64_t lost = 0;
@@ -207,18 +214,18 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 		atomic_fetch_add_explicit(&ctx->st.duplicates, 1, memory_order_relaxed);
 		if (r->peer) /* ORDERED: see ack_owed() */
 			ack_owed(r, true, false, false);
-		return;
+		return false;
 	case VBI_RX_AHEAD:
 		if (r->peer && r->peer->rx_unreliable) {
 			nak_owed(r);
-			return;
+			return false;
 		}
 		/* RC delivers in order: a hole means a protocol fault upstream. */
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "",
 			  "'%s' seq %llu arrived, %llu expected: dropped", sub->topic,
 			  (unsigned long long)h->seq, (unsigned long long)r->rx.next);
-		return;
+		return false;
 	case VBI_RX_GAP:
 		report_gap(sub, r, lost, h->seq);
 		break;
@@ -231,11 +238,27 @@ static void deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	msg.publisher = h->session;
 	msg.epoch = h->epoch;
 	msg.topic = sub->topic;
+	/* run by vbi_cb_flush() once the locks are released; ORDERED is
+	 * acknowledged there, after the callback (urgently when asked) */
+	if (!vbi_cb_queue_msg(sub, r->peer ? r : NULL, &msg, owned, h->flags & VBI_WF_ACK_REQ))
+		return true;
+	/* No memory to queue it (a few KiB): delivered here, under the lock,
+	 * rather than lost. */
+	vbi_error("'%s' seq %llu: no memory to queue the delivery: delivered under the node "
+		  "lock", sub->topic, (unsigned long long)h->seq);
 	atomic_fetch_add(&sub->delivered, 1);
 	atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
 	sub->attr.on_msg(sub, &msg, sub->attr.arg);
-	if (r->peer) /* ORDERED: acknowledge (urgently when the publisher asked) */
-		ack_owed(r, h->flags & VBI_WF_ACK_REQ, true, false);
+	if (r->peer)
+		vbi_sub_delivered(r, h->seq, h->flags & VBI_WF_ACK_REQ);
+	return false;
+}
+
+void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req)
+{
+	if (seq + 1 > r->dlv_next)
+		r->dlv_next = seq + 1;
+	ack_owed(r, ack_req, true, false);
 }
 
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
@@ -265,13 +288,13 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 		return;
 	}
 	if ((h->flags & (VBI_WF_FIRST | VBI_WF_LAST)) == (VBI_WF_FIRST | VBI_WF_LAST)) {
-		deliver(sub, r, h, payload, h->len);
+		deliver(sub, r, h, payload, h->len, NULL);
 		return;
 	}
 	rc = vbi_reasm_push(&r->reasm, h, payload, &whole);
 	if (rc == 1) {
-		deliver(sub, r, h, whole, h->msg_len);
-		reasm_free(whole, NULL);
+		if (!deliver(sub, r, h, whole, h->msg_len, whole))
+			reasm_free(whole, NULL);
 	} else if (rc == -EAGAIN) {
 		vbi_error("'%s' seq %llu: no memory to reassemble %u bytes", sub->topic,
 			  (unsigned long long)h->seq, h->msg_len);
@@ -350,21 +373,27 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	return 0;
 }
 
-int vb_sub_stats(vb_sub_t *sub, vb_sub_stats_t *st)
+int vb_sub_stats_size(vb_sub_t *sub, vb_sub_stats_t *st, size_t size)
 {
+	vb_sub_stats_t all;
+
 	if (!sub || !st)
 		return vbi_err(-EINVAL, "NULL argument");
-	st->delivered = atomic_load(&sub->delivered);
-	st->duplicates = atomic_load(&sub->duplicates);
-	st->gaps = atomic_load(&sub->gaps);
-	st->lost = atomic_load(&sub->lost);
-	st->publishers = atomic_load(&sub->publishers);
+	if (size < sizeof(uint64_t))
+		return vbi_err(-EINVAL, "vb_sub_stats_t of %zu bytes: call vb_sub_stats()", size);
+	all.delivered = atomic_load(&sub->delivered);
+	all.duplicates = atomic_load(&sub->duplicates);
+	all.gaps = atomic_load(&sub->gaps);
+	all.lost = atomic_load(&sub->lost);
+	all.publishers = atomic_load(&sub->publishers);
+	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }
 
 int vb_sub_destroy(vb_sub_t *sub)
 {
 	struct vb_node *node;
+	bool in_cb;
 
 	if (!sub)
 		return 0;
@@ -375,6 +404,12 @@ int vb_sub_destroy(vb_sub_t *sub)
 			*pp = sub->next;
 			break;
 		}
+	atomic_store(&sub->dead, true); /* queued callbacks are skipped */
+	pthread_rwlock_unlock(&node->lock);
+	in_cb = vbi_in_callback(node->ctx);
+	if (!in_cb) /* no callback of it runs after we return */
+		vbi_cb_wait_idle(&sub->cb_pending);
+	pthread_rwlock_wrlock(&node->lock);
 	/* What was delivered is acknowledged before the streams go (a
 	 * publisher may be waiting on the last message). */
 	for (struct vbi_peer *p = node->peers; p; p = p->next) {
@@ -414,6 +449,9 @@ int vb_sub_destroy(vb_sub_t *sub)
 	pthread_rwlock_unlock(&node->lock);
 	if (sub->cls == VB_FANOUT)
 		vbi_mcast_sub_leave(node->ctx, sub->topic_id);
+	/* from a callback: entries of it may still be queued behind */
+	if (in_cb && atomic_load(&sub->cb_pending) && vbi_cb_defer_free(node->ctx, sub, free) == 0)
+		return 0;
 	free(sub);
 	return 0;
 }

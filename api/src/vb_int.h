@@ -76,6 +76,10 @@ struct vbi_slot {
 	struct vbi_buf buf;
 };
 
+/* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
+ * per-publish or per-round array of peers is this long. */
+#define VBI_MAX_PEERS 1024u
+
 /* An ORDERED message in the retransmit window: [wire header | payload]. */
 struct vbi_msg {
 	atomic_int refs;         /* window + send contexts still pointing at it */
@@ -84,6 +88,7 @@ struct vbi_msg {
 	uint32_t len;            /* payload bytes */
 	uint16_t flags;          /* wire flags of the whole message */
 	uint64_t seq;
+	const struct vb_pub *owner; /* the publisher that claimed it (commit/abort check) */
 };
 
 /* A send context: one per SQ entry. Batches are built in @buf; fragments
@@ -185,6 +190,10 @@ struct vbi_rxs {
 	 * NAKs carry. rx.next itself belongs to the progress thread, and ACKs
 	 * are also built on publishing threads (piggybacked on DATA). */
 	uint64_t ack_next;
+	/* ORDERED: the seq after the last message whose callback returned
+	 * (progress thread); ack_next is taken from it, never from rx.next,
+	 * so an ACK covers only what the application has seen (0: none yet) */
+	uint64_t dlv_next;
 	uint64_t last_ms;        /* last message (stream reuse at the bound) */
 	bool ack_urgent;
 	bool nak_pending;        /* unreliable lane: a NAK for rx.next rides the next ACKs */
@@ -356,6 +365,8 @@ struct vb_pub {
 	uint64_t quorum_seq;       /* k-of-n acknowledged */
 	struct vbt_mcast *mcast;   /* FANOUT: the topic's group, NULL = unicast only */
 	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
+	atomic_uint cb_pending;    /* on_ack callbacks queued (cbq.c) */
+	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
 };
 
 struct vb_sub {
@@ -369,6 +380,8 @@ struct vb_sub {
 	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers;
 	unsigned nstreams;         /* progress context only */
 	uint32_t mcast_group;      /* FANOUT: group this context joined for it, 0 = none */
+	atomic_uint cb_pending;    /* deliveries and gaps queued (cbq.c) */
+	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
 };
 
 struct vb_node {
@@ -427,6 +440,7 @@ struct vb_ctx {
 	struct vbi_sring ud_sr;
 	struct vbi_slot *ud_slots;
 	uint32_t ud_nslots;
+	uint32_t ud_sq_depth;      /* sizing's, at least max_peers + 2 (vb_ctx_create) */
 	uint32_t ud_posted;
 
 	/* progress */
@@ -448,6 +462,16 @@ struct vb_ctx {
 
 	struct vbi_mcast_ctx *mc;  /* FANOUT multicast (mcast.c); NULL when off */
 
+	/* Callbacks, run with no verbus lock held (cbq.c). cbq, cbq_n/cap,
+	 * cb_depth, cb_zombies: the thread running progress. evq: evq_lock. */
+	struct vbi_cb *cbq;
+	unsigned cbq_n, cbq_cap, cb_depth;
+	struct vbi_zombie *cb_zombies;
+	pthread_mutex_t evq_lock;
+	struct vbi_ev *evq, **evq_tail;
+	unsigned evq_n;
+	atomic_bool evq_any;
+
 	pthread_mutex_t lock;      /* node list */
 	struct vb_node *nodes;
 	atomic_uint npeers;        /* vbi_ctx_take_peer / _put_peer (no lock: it is
@@ -462,7 +486,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t degrades, promotions, naks_sent, naks_received;
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
-		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives;
+		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
 		atomic_uint_fast64_t devices_removed, devices_released;
 	} st;
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
@@ -471,6 +495,41 @@ struct vb_ctx {
 
 /* ctx.c */
 int vbi_progress_once(struct vb_ctx *ctx);
+/* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
+enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK };
+struct vbi_cb {
+	enum vbi_cb_kind kind;
+	bool ack_req;              /* MSG, ORDERED: the publisher asked for an ACK */
+	struct vb_sub *sub;        /* MSG, GAP */
+	struct vbi_rxs *r;         /* MSG, ORDERED: acknowledged after the callback */
+	struct vb_pub *pub;        /* ACK */
+	vb_msg_t msg;              /* MSG: data points into the receive buffer ... */
+	void *owned;               /* ... or here (a reassembled message), freed after */
+	struct { uint32_t session; uint64_t lost, next; } gap;
+	uint64_t acked;            /* ACK */
+};
+struct vbi_zombie { struct vbi_zombie *next; void *obj; void (*free)(void *); };
+struct vbi_ev;
+void vbi_cb_init(struct vb_ctx *ctx);
+void vbi_cb_fini(struct vb_ctx *ctx);
+/* Queue (progress thread, node lock held): 0 or -ENOMEM (then the caller
+ * runs nothing: counted as dropped by it). */
+int vbi_cb_queue_msg(struct vb_sub *sub, struct vbi_rxs *r, const vb_msg_t *m, void *owned,
+		     bool ack_req);
+int vbi_cb_queue_gap(struct vb_sub *sub, uint32_t session, uint64_t lost, uint64_t next);
+int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked);
+/* Run what is queued, and the events: the progress thread, no lock held. */
+void vbi_cb_flush(struct vb_ctx *ctx);
+/* True on the thread running @ctx's callbacks (inside one of them). */
+bool vbi_in_callback(const struct vb_ctx *ctx);
+/* Destroy from a callback: @fn(@obj) runs at the flush's end. 0/-ENOMEM. */
+int vbi_cb_defer_free(struct vb_ctx *ctx, void *obj, void (*fn)(void *));
+/* Until *@pending is 0 (callbacks queued for an object; another thread). */
+void vbi_cb_wait_idle(atomic_uint *pending);
+/* sub.c, from the flush: message @seq of @r was delivered: ACK owed. */
+void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
+
+/* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 uint32_t vbi_topic_id(const char *name);

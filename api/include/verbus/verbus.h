@@ -12,7 +12,12 @@
  *    vb_*_attr_init() fills with defaults and then with the VERBUS_*
  *    environment overrides named next to each field; set fields after
  *    calling it. Attribute structs start with `size` (set by attr_init) so
- *    they can grow without breaking callers built against an older header.
+ *    they can grow without breaking callers built against an older header;
+ *    the stats structs are versioned by size too (vb_ctx_stats()).
+ *  - A *_destroy() that returned 0 (or -ETIMEDOUT from vb_pub_destroy)
+ *    freed its handle: using the handle afterwards, or destroying it a
+ *    second time, is undefined behaviour, as with free(). A destroy that
+ *    failed (-EBUSY, -EDEADLK) changed nothing.
  *
  * Model:
  *  - A context (vb_ctx_t) owns one RDMA device, its registered memory pool
@@ -42,9 +47,20 @@
  *   vb_progress         one thread at a time per context, and only in
  *                       VB_PROGRESS_APP mode.
  *   callbacks (vb_msg_fn, vb_gap_fn, vb_ack_fn, vb_event_fn)
- *       run on the progress thread (or inside vb_progress), never with a
- *       verbus lock held: they may publish, but must not destroy the object
- *       they were called for or its context.
+ *       run on the progress thread (or inside vb_progress, on the thread
+ *       calling it), one at a time per context, in order, never with a
+ *       verbus lock held: a callback may publish, create and destroy
+ *       publishers and subscribers (not the one it was called for), read
+ *       stats, and call any non-blocking function. Functions that wait for
+ *       work this same thread does return -EDEADLK from a callback instead
+ *       of hanging: vb_node_connect(), vb_node_connect_backup(),
+ *       vb_pub_wait_acked(), vb_node_destroy(), vb_ctx_destroy();
+ *       vb_pub_destroy() from a callback does not linger. Message data is
+ *       valid only during vb_msg_fn. An ORDERED message is acknowledged to
+ *       its publisher (and counts for k-of-n) only after its vb_msg_fn
+ *       returned. Events raised on other library threads are queued and
+ *       reported by the progress thread within one of its rounds (<= 20
+ *       ms when idle); in VB_PROGRESS_APP mode, inside vb_progress().
  *   *_create / *_destroy / vb_node_connect
  *       any thread; not concurrently with other calls on the object being
  *       destroyed. Destroy publishers and subscribers before their node,
@@ -88,8 +104,11 @@ VB_EXPORT const char *vb_version(void);
 VB_EXPORT const char *vb_errmsg(void);
 
 /**
- * vb_strerror() - short name of a verbus return code (e.g. -EAGAIN ->
- * "EAGAIN: back-pressure"). Thread-safe; static string.
+ * vb_strerror() - the name and meaning of a verbus return code: every
+ * negative errno value has one (e.g. -EAGAIN -> "EAGAIN: back-pressure,
+ * retry later ..."; -EADDRNOTAVAIL -> "EADDRNOTAVAIL: ..."); 0 -> "OK", a
+ * positive count -> "a count (success)". Thread-safe; a static string,
+ * owned by the library.
  */
 VB_EXPORT const char *vb_strerror(int rc);
 
@@ -111,7 +130,8 @@ typedef enum vb_progress_mode {
 	VB_PROGRESS_APP = 1,    /* the application calls vb_progress() */
 } vb_progress_mode_t;
 
-/* Events reported to vb_ctx_attr_t.on_event (progress/accept threads). */
+/* Events reported to vb_ctx_attr_t.on_event (on the progress thread, or
+ * inside vb_progress(): see the synchronization table). */
 typedef enum vb_event_type {
 	VB_EV_PEER_UP = 1,    /* a connection completed its handshake */
 	VB_EV_PEER_DOWN = 2,  /* a connection failed or closed */
@@ -158,7 +178,9 @@ typedef struct vb_ctx_attr {
 	size_t max_msg;         /* largest ORDERED message, 1 MiB [VERBUS_MAX_MSG] */
 	size_t slot_size;       /* receive slot (and batch) size, 16 KiB [VERBUS_SLOT_SIZE] */
 	size_t pool_cap;        /* cap on registered bytes, 256 MiB [VERBUS_POOL_CAP] */
-	unsigned max_peers;     /* connections per context, 16 [VERBUS_MAX_PEERS] */
+	unsigned max_peers;     /* connections per context, 1..1024, 16
+				 * [VERBUS_MAX_PEERS]; the CQ must hold them
+				 * (vb_ctx_create says when the device's does not) */
 	unsigned window;        /* unacknowledged ORDERED messages per publisher,
 				 * 4096 [VERBUS_WINDOW] */
 	int cm_timeout_ms;      /* bound on each connection step, 5000 [VERBUS_CM_TIMEOUT_MS] */
@@ -217,7 +239,9 @@ VB_EXPORT int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out);
 
 /**
  * vb_ctx_destroy() - stop progress, free everything. Nodes must be destroyed
- * first (-EBUSY otherwise, nothing changed). NULL is a no-op (returns 0).
+ * first (-EBUSY otherwise, nothing changed); -EDEADLK from one of its
+ * callbacks. Events still queued are reported on the calling thread before
+ * it returns. NULL is a no-op (returns 0).
  */
 VB_EXPORT int vb_ctx_destroy(vb_ctx_t *ctx);
 
@@ -230,7 +254,13 @@ VB_EXPORT int vb_ctx_destroy(vb_ctx_t *ctx);
  */
 VB_EXPORT int vb_progress(vb_ctx_t *ctx);
 
-/* Counters (monotonic since vb_ctx_create). */
+/*
+ * Counters (monotonic since vb_ctx_create). Versioning: fields are only
+ * ever appended, and vb_ctx_stats() is a macro that passes the size of the
+ * struct as the caller's header declares it: the library writes that many
+ * bytes, never more, so a program built against an older header keeps
+ * working (it sees the fields it knows of).
+ */
 typedef struct vb_stats {
 	uint64_t published, delivered, duplicates_dropped;
 	uint64_t gaps, lost;                /* FANOUT: gap events, messages lost */
@@ -284,10 +314,20 @@ typedef struct vb_stats {
 				      * hot-unplug): their paths fail over */
 	uint64_t devices_released;   /* ... and everything on them closed, so the
 				      * kernel could finish the removal */
+	uint64_t events_dropped;     /* events not reported: 4096 were already
+				      * queued (the application does not run
+				      * progress, or its callbacks block) */
 } vb_stats_t;
 
-/** vb_ctx_stats() - a snapshot; thread-safe. Returns 0. */
-VB_EXPORT int vb_ctx_stats(vb_ctx_t *ctx, vb_stats_t *st);
+/**
+ * vb_ctx_stats() - a snapshot of @ctx's counters into *@st. Thread-safe (no
+ * lock a publisher waits on is held for long). Returns 0, -EINVAL (NULL).
+ * vb_ctx_stats_size() is the function behind it: it fills the first @size
+ * bytes (at most sizeof(vb_stats_t) of this library); call it through the
+ * macro.
+ */
+VB_EXPORT int vb_ctx_stats_size(vb_ctx_t *ctx, vb_stats_t *st, size_t size);
+#define vb_ctx_stats(ctx, st) vb_ctx_stats_size((ctx), (st), sizeof(*(st)))
 
 /** vb_recovery_action_name() - name of vb_stats_t.err_by_action[@i] ("?"
  * past the last one). */
@@ -321,7 +361,7 @@ VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
  * (bounded by cm_timeout_ms) for the handshake. Subscriptions and
  * publishers on both sides are matched up automatically, now and later.
  * Returns 0; -ETIMEDOUT; -ECONNREFUSED; -EHOSTUNREACH; -ENOSPC (max_peers
- * reached); other negative errno.
+ * reached); -EDEADLK (called from a callback); other negative errno.
  */
 VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
 
@@ -386,7 +426,8 @@ VB_EXPORT int vb_node_dump(vb_node_t *node, FILE *f);
 /**
  * vb_node_destroy() - close every connection (outstanding work requests are
  * flushed and their buffers returned), stop listening, free. Publishers and
- * subscribers must be destroyed first (-EBUSY otherwise).
+ * subscribers must be destroyed first (-EBUSY otherwise); -EDEADLK from a
+ * callback (nothing changed).
  */
 VB_EXPORT int vb_node_destroy(vb_node_t *node);
 
@@ -447,7 +488,8 @@ VB_EXPORT int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim);
  * vb_pub_wait_acked() - ORDERED with ack_quorum k: wait until k subscribers
  * have delivered message @seq to their application. Returns 0, -ETIMEDOUT
  * (also when fewer than k subscribers are connected), -EINVAL (no quorum
- * configured). In VB_PROGRESS_APP mode the waiting thread drives progress.
+ * configured), -EDEADLK (from a callback). In VB_PROGRESS_APP mode the
+ * waiting thread drives progress.
  */
 VB_EXPORT int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms);
 
@@ -505,10 +547,19 @@ typedef struct vb_sub_stats {
 	uint64_t delivered, duplicates, gaps, lost, publishers;
 } vb_sub_stats_t;
 
-/** vb_sub_stats() - this subscriber's counters. Returns 0. */
-VB_EXPORT int vb_sub_stats(vb_sub_t *sub, vb_sub_stats_t *st);
+/**
+ * vb_sub_stats() - this subscriber's counters (appended to only, versioned
+ * like vb_ctx_stats()). Any thread. Returns 0, -EINVAL.
+ */
+VB_EXPORT int vb_sub_stats_size(vb_sub_t *sub, vb_sub_stats_t *st, size_t size);
+#define vb_sub_stats(sub, st) vb_sub_stats_size((sub), (st), sizeof(*(st)))
 
-/** vb_sub_destroy() - unsubscribe; no callback runs after it returns. */
+/**
+ * vb_sub_destroy() - unsubscribe and free @sub. No callback of @sub runs
+ * after it returns (from another thread it waits for one that is running);
+ * from a callback of another subscriber, queued deliveries of @sub are
+ * dropped. Returns 0 (also for NULL).
+ */
 VB_EXPORT int vb_sub_destroy(vb_sub_t *sub);
 
 #ifdef __cplusplus

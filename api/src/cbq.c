@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Application callbacks run with no verbus lock held (verbus.h).
+ *
+ * Deliveries (on_msg, on_gap) and k-of-n acknowledgements (on_ack) are
+ * found by the progress thread while it dispatches a received SEND or
+ * datagram under the node's lock (and, for datagrams, the context's). They
+ * are queued in ctx->cbq instead of called there, and run by
+ * vbi_cb_flush(), which the receive handlers call after releasing those
+ * locks and before the receive buffer is posted again: a queued message
+ * still points into that buffer (or owns its reassembled copy), in order.
+ * The ORDERED acknowledgement of a message is made owed only after its
+ * callback returned, so an ACK never covers what the application has not
+ * seen.
+ *
+ * Events (on_event) come from every library thread, often under a lock:
+ * they are copied into ctx->evq (evq_lock, a leaf lock) and run by the
+ * progress thread at its next flush (each receive, and every round of
+ * vbi_progress_once: within 20 ms when it blocks), or by vb_ctx_destroy.
+ *
+ * Threads: ctx->cbq, cb_zombies and cb_depth belong to the thread running
+ * progress (the progress thread, or the vb_progress() caller: one at a time
+ * by progress_lock). evq is shared under evq_lock. A subscriber or
+ * publisher counts its queued entries (cb_pending, atomic): destroying it
+ * from another thread waits for them; destroying it from a callback (the
+ * flushing thread) marks it dead, and the flush frees it at its end.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/src/vb_int.h"
+#include "core/log.h"
+
+/* The context whose callbacks this thread is running (NULL: none). */
+static _Thread_local struct vb_ctx *cb_ctx;
+
+bool vbi_in_callback(const struct vb_ctx *ctx)
+{
+	return cb_ctx == ctx;
+}
+
+static struct vbi_cb *cbq_push(struct vb_ctx *ctx)
+{
+	if (ctx->cbq_n == ctx->cbq_cap) {
+		unsigned cap = ctx->cbq_cap ? ctx->cbq_cap * 2 : 64;
+		struct vbi_cb *q = realloc(ctx->cbq, cap * sizeof(*q));
+
+		if (!q)
+			return NULL;
+		ctx->cbq = q;
+		ctx->cbq_cap = cap;
+	}
+	return &ctx->cbq[ctx->cbq_n++];
+}
+
+int vbi_cb_queue_msg(struct vb_sub *sub, struct vbi_rxs *r, const vb_msg_t *m, void *owned,
+		     bool ack_req)
+{
+	struct vbi_cb *e = cbq_push(sub->node->ctx);
+
+	if (!e)
+		return -ENOMEM;
+	e->kind = VBI_CB_MSG;
+	e->sub = sub;
+	e->r = r;
+	e->msg = *m;
+	e->owned = owned;
+	e->ack_req = ack_req;
+	atomic_fetch_add(&sub->cb_pending, 1);
+	return 0;
+}
+
+int vbi_cb_queue_gap(struct vb_sub *sub, uint32_t session, uint64_t lost, uint64_t next)
+{
+	struct vbi_cb *e = cbq_push(sub->node->ctx);
+
+	if (!e)
+		return -ENOMEM;
+	e->kind = VBI_CB_GAP;
+	e->sub = sub;
+	e->r = NULL;
+	e->owned = NULL;
+	e->gap.session = session;
+	e->gap.lost = lost;
+	e->gap.next = next;
+	atomic_fetch_add(&sub->cb_pending, 1);
+	return 0;
+}
+
+int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked)
+{
+	struct vbi_cb *e = cbq_push(pub->node->ctx);
+
+	if (!e)
+		return -ENOMEM;
+	e->kind = VBI_CB_ACK;
+	e->pub = pub;
+	e->owned = NULL;
+	e->acked = acked;
+	atomic_fetch_add(&pub->cb_pending, 1);
+	return 0;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+struct vbi_ev {
+	struct vbi_ev *next;
+	vb_event_type_t type;
+	char peer[VBI_NAME_MAX];
+	char detail[256];
+};
+
+#define VBI_EVQ_MAX 4096 /* queued events; past it they are counted, not kept */
+
+void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
+{
+	struct vbi_ev *e;
+	va_list ap;
+
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		vbi_warn("event %d not reported: no memory", (int)type);
+		return;
+	}
+	e->type = type;
+	snprintf(e->peer, sizeof(e->peer), "%s", peer ? peer : "");
+	va_start(ap, fmt);
+	vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
+	va_end(ap);
+	vbi_info("event %d peer '%s': %s", (int)type, e->peer, e->detail);
+	if (!ctx->attr.on_event) {
+		free(e);
+		return;
+	}
+	pthread_mutex_lock(&ctx->evq_lock);
+	if (ctx->evq_n >= VBI_EVQ_MAX) {
+		pthread_mutex_unlock(&ctx->evq_lock);
+		atomic_fetch_add(&ctx->st.events_dropped, 1);
+		free(e);
+		return;
+	}
+	*ctx->evq_tail = e;
+	ctx->evq_tail = &e->next;
+	ctx->evq_n++;
+	atomic_store_explicit(&ctx->evq_any, true, memory_order_release);
+	pthread_mutex_unlock(&ctx->evq_lock);
+}
+
+/* Run the queued events, oldest first, with no lock held. */
+static void events_flush(struct vb_ctx *ctx)
+{
+	struct vbi_ev *e;
+
+	if (!atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&ctx->evq_lock);
+	e = ctx->evq;
+	ctx->evq = NULL;
+	ctx->evq_tail = &ctx->evq;
+	ctx->evq_n = 0;
+	atomic_store_explicit(&ctx->evq_any, false, memory_order_relaxed);
+	pthread_mutex_unlock(&ctx->evq_lock);
+	while (e) {
+		struct vbi_ev *next = e->next;
+		vb_event_t ev = { .type = e->type, .peer = e->peer, .detail = e->detail };
+
+		ctx->attr.on_event(&ev, ctx->attr.event_arg);
+		free(e);
+		e = next;
+	}
+}
+
+/* ---- flush ------------------------------------------------------------------------------- */
+
+static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
+{
+	switch (e->kind) {
+	case VBI_CB_MSG:
+		if (!atomic_load(&e->sub->dead)) {
+			atomic_fetch_add(&e->sub->delivered, 1);
+			atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
+			e->sub->attr.on_msg(e->sub, &e->msg, e->sub->attr.arg);
+			/* (the stream may have been taken by a newer session) */
+			if (e->r && !atomic_load(&e->sub->dead) && e->r->session == e->msg.publisher)
+				vbi_sub_delivered(e->r, e->msg.seq, e->ack_req);
+		}
+		free(e->owned);
+		atomic_fetch_sub(&e->sub->cb_pending, 1);
+		break;
+	case VBI_CB_GAP:
+		if (!atomic_load(&e->sub->dead) && e->sub->attr.on_gap)
+			e->sub->attr.on_gap(e->sub, e->gap.session, e->gap.lost, e->gap.next,
+					    e->sub->attr.arg);
+		atomic_fetch_sub(&e->sub->cb_pending, 1);
+		break;
+	case VBI_CB_ACK:
+		if (!atomic_load(&e->pub->dead) && e->pub->attr.on_ack)
+			e->pub->attr.on_ack(e->pub, e->acked, e->pub->attr.arg);
+		atomic_fetch_sub(&e->pub->cb_pending, 1);
+		break;
+	}
+}
+
+void vbi_cb_flush(struct vb_ctx *ctx)
+{
+	struct vb_ctx *outer = cb_ctx;
+
+	if (ctx->cb_depth) /* a callback reached a receive path: the outer flush runs it */
+		return;
+	ctx->cb_depth++;
+	cb_ctx = ctx;
+	events_flush(ctx);
+	/* entries queued by a callback (none today: no receive path runs
+	 * inside one) would land behind: index, not pointer */
+	for (unsigned i = 0; i < ctx->cbq_n; i++) {
+		struct vbi_cb e = ctx->cbq[i];
+
+		run_one(ctx, &e);
+	}
+	ctx->cbq_n = 0;
+	while (ctx->cb_zombies) {
+		struct vbi_zombie *z = ctx->cb_zombies;
+
+		ctx->cb_zombies = z->next;
+		z->free(z->obj);
+		free(z);
+	}
+	cb_ctx = outer;
+	ctx->cb_depth--;
+}
+
+int vbi_cb_defer_free(struct vb_ctx *ctx, void *obj, void (*fn)(void *))
+{
+	struct vbi_zombie *z = malloc(sizeof(*z));
+
+	if (!z)
+		return -ENOMEM;
+	z->obj = obj;
+	z->free = fn;
+	z->next = ctx->cb_zombies;
+	ctx->cb_zombies = z;
+	return 0;
+}
+
+void vbi_cb_wait_idle(atomic_uint *pending)
+{
+	while (atomic_load(pending)) {
+		struct timespec ts = { 0, 100000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+void vbi_cb_fini(struct vb_ctx *ctx)
+{
+	struct vb_ctx *outer = cb_ctx;
+
+	/* events raised while everything was closed, on the destroying thread */
+	if (ctx->attr.on_event) {
+		cb_ctx = ctx;
+		events_flush(ctx);
+		cb_ctx = outer;
+	}
+	while (ctx->evq) {
+		struct vbi_ev *e = ctx->evq;
+
+		ctx->evq = e->next;
+		free(e);
+	}
+	free(ctx->cbq);
+	ctx->cbq = NULL;
+	ctx->cbq_n = ctx->cbq_cap = 0;
+	pthread_mutex_destroy(&ctx->evq_lock);
+}
+
+void vbi_cb_init(struct vb_ctx *ctx)
+{
+	pthread_mutex_init(&ctx->evq_lock, NULL);
+	ctx->evq = NULL;
+	ctx->evq_tail = &ctx->evq;
+}
