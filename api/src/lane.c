@@ -702,6 +702,12 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		return false;
 	}
 	d = vbi_path_fail(&p->path, l->epoch, now, 0);
+	/* the dead-peer rule (maint_peer): watch from the first failure since
+	 * the peer was last heard from */
+	if (!p->fail_watch || p->last_rx_ms != p->rx_ms_at_fail) {
+		p->fail_watch = true;
+		p->rx_ms_at_fail = p->last_rx_ms;
+	}
 	switch (d.action) {
 	case VBI_PATH_SWITCH_TO_STANDBY: {
 		struct vbi_lane *s = d.lane, *old;
@@ -1360,6 +1366,11 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 	}
 }
 
+static unsigned keepalive_or(const struct vb_ctx *ctx, unsigned dflt)
+{
+	return ctx->attr.keepalive_ms ? ctx->attr.keepalive_ms : dflt;
+}
+
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = node->ctx;
@@ -1367,6 +1378,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	bool need_lane, need_standby, need_probe, waiting_hello = false;
 	enum vb_qp_type mode;
 	struct vbi_lane *act;
+	int rc;
 
 	pthread_mutex_lock(&p->txlock);
 	/* read with the lane under txlock (failures are decided under it): a
@@ -1402,10 +1414,38 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	if (!p->connector || waiting_hello || (!need_lane && !need_standby && !need_probe) ||
 	    now < p->warm_after_ns || atomic_load(&node->stop))
 		return;
-	if (build_lane(node, p,
-		       need_lane ? VBI_LANE_REPLACE : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
-		       need_lane ? mode : VB_QPT_RC)) {
+	if ((rc = build_lane(node, p,
+			     need_lane ? VBI_LANE_REPLACE
+				       : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
+			     need_lane ? mode : VB_QPT_RC))) {
 		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
+		bool silent;
+
+		/* Its active connection failed, nothing arrived from it since
+		 * (for two keepalive periods at least: a live peer answers a
+		 * switch at once), and now its node refuses a connection (no
+		 * listener: the process is gone) or cannot be reached: it is
+		 * dead, not slow. Give it up now rather than after
+		 * recover_timeout (docs/recovery.md, "Detecting a dead peer"). */
+		pthread_mutex_lock(&p->txlock);
+		silent = p->fail_watch && p->last_rx_ms == p->rx_ms_at_fail &&
+			 vbi_now_ms() - p->last_rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
+		pthread_mutex_unlock(&p->txlock);
+		if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
+			char why[VBI_ERRMSG_MAX + 96];
+
+			snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
+				 "and a new one was %s (%s)",
+				 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
+			pthread_mutex_lock(&p->txlock);
+			vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now,
+				      VBI_PATH_F_NO_STANDBY);
+			pthread_mutex_unlock(&p->txlock);
+			vbi_peer_pev_flush(p);
+			atomic_fetch_add(&ctx->st.path_downs, 1);
+			vbi_peer_failed(p, why);
+			return;
+		}
 
 		if (need_probe)
 			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);

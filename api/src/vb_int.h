@@ -300,6 +300,11 @@ struct vbi_peer {
 	uint32_t rx_lane_id;     /* data from lanes numbered below is stale
 				  * (progress context) */
 	uint64_t recover_since_ns; /* recovering with no lane since (0: not) */
+	/* The active connection failed (fail_watch) when last_rx_ms was
+	 * rx_ms_at_fail: the peer was heard from since iff last_rx_ms moved
+	 * (txlock; the maintenance thread reads them for the dead-peer rule) */
+	bool fail_watch;
+	uint64_t rx_ms_at_fail;
 	unsigned warm_failures;  /* connector: consecutive lane-building failures
 				  * (maintenance thread only) */
 	uint64_t warm_after_ns;  /* ... next attempt not before */

@@ -76,6 +76,11 @@ struct vbt_fo_cfg {
 	 * (its stats tell whether a previous fault is still being recovered). */
 	int (*fault_ctx)(vb_ctx_t *ctx, vb_node_t *node, unsigned k, void *arg);
 	unsigned timeout_s;        /* bound on the stream, 0: 200 s */
+	/* A fault whose effect comes later than its hook returns (it runs a
+	 * command in a thread): true once every caused fault has taken its
+	 * full effect. The publishers hold the last tenth of the stream until
+	 * then (bounded by @timeout_s), so the stream cannot drain before. */
+	bool (*settled)(void *arg);
 };
 
 struct vbt_fo_result {

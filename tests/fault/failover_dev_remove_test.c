@@ -28,6 +28,7 @@
 #include "tests/fault/fo_report.h"
 
 static int del_rc = -1;
+static bool del_done; /* del_main returned (atomic) */
 static double del_s;
 static pthread_t del_thread, seen_thread;
 static bool del_started;
@@ -50,7 +51,16 @@ static void *del_main(void *arg)
 	del_s = now_s() - del_t0;
 	fprintf(stderr, "  rdma link delete rxe0: exit %d after %.3f s\n",
 		WIFEXITED(del_rc) ? WEXITSTATUS(del_rc) : -1, del_s);
+	__atomic_store_n(&del_done, true, __ATOMIC_RELEASE);
 	return NULL;
+}
+
+/* The command returns once both processes closed everything on rxe0: the
+ * removal has had its full effect (the harness holds the stream's tail). */
+static bool dev_gone(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&del_done, __ATOMIC_ACQUIRE);
 }
 
 /* When the publisher's library learnt of it (bounded by the command). */
@@ -117,6 +127,7 @@ static void run_removal(vb_class_t cls, const char *name)
 	del_s = 0;
 	seen_s = -1;
 	del_started = false;
+	del_done = false;
 	fo_defaults(&c, name);
 	c.cls = cls;
 	if (cls == VB_FANOUT) {
@@ -127,6 +138,7 @@ static void run_removal(vb_class_t cls, const char *name)
 	c.side = VBT_FO_PUB;
 	c.fault_ctx = dev_delete;
 	c.restore = dev_back;
+	c.settled = dev_gone;
 	c.no_cold = true; /* rxe0 is gone: no fresh connection to time */
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	fo_check(&c, &r);
