@@ -126,13 +126,14 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		before = pub->quorum_seq;
 		win_before = pub->win.acked;
 		after = pub_release(pub);
-		if (after != before || pub->win.acked != win_before)
-			pthread_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
-		pthread_mutex_unlock(&pub->lock);
-		/* run with no lock held, by vbi_cb_flush() */
+		/* on_ack runs with no lock held, by vbi_cb_flush(); queued under
+		 * pub->lock, so a destroy that saw this ACK waits for it */
 		if (after != before && pub->attr.on_ack && vbi_cb_queue_ack(pub, after))
 			vbi_warn("'%s': acknowledgement of %llu not reported: no memory", pub->topic,
 				 (unsigned long long)after);
+		if (after != before || pub->win.acked != win_before)
+			pthread_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
+		pthread_mutex_unlock(&pub->lock);
 		return;
 	}
 }
@@ -1299,6 +1300,8 @@ int vb_pub_destroy(vb_pub_t *pub)
 	 * thread reads them): no linger */
 	if (pub->cls == VB_ORDERED && (left = linger(pub, in_cb ? 0 : pub->attr.linger_ms)))
 		atomic_fetch_add(&node->ctx->st.unacked_on_close, left);
+	if (!in_cb) /* the on_ack callbacks of what linger saw acknowledged run first */
+		vbi_cb_wait_idle(&pub->cb_pending);
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
 		if (*pp == pub) {
