@@ -1127,6 +1127,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->devices_removed = atomic_load(&ctx->st.devices_removed);
 	st->devices_released = atomic_load(&ctx->st.devices_released);
 	st->events_dropped = atomic_load(&ctx->st.events_dropped);
+	st->peers_reaped = atomic_load(&ctx->st.peers_reaped);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

@@ -1486,6 +1486,7 @@ static void *maint_main(void *arg)
 			break;
 		maint_retire(node);
 		vbi_node_backup_step(node);
+		vbi_node_reap(node);
 		/* Peers are freed only when the node is destroyed (after this
 		 * thread is joined): the snapshot stays valid. */
 		pthread_rwlock_rdlock(&node->lock);

@@ -90,6 +90,88 @@ void vbi_peer_free(struct vbi_peer *p)
 	free(p);
 }
 
+/*
+ * Peer reaping (maintenance thread, each round). A peer given up or closed
+ * (dead) goes with everything it holds, so a node that sees peers come and
+ * go for weeks keeps its QP, MR and memory counts and max_peers counts
+ * only live peers:
+ *  1. every lane of it is retired (active, standby, probe, any other):
+ *     maint_retire drains and destroys them in this or a later round;
+ *  2. once it has no lane left (so no completion or callback refers to it)
+ *     and no backup switch is pending for it, it is unlinked from the node
+ *     under the node's write lock, with its publisher attachments and its
+ *     ORDERED receive streams;
+ *  3. after an RCU grace period (publishing threads read peers in a
+ *     read-side section, vb_pub_commit) it is freed and its max_peers slot
+ *     given back.
+ */
+static void reap_detach(struct vb_node *node, struct vbi_peer *p)
+{
+	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
+		pthread_mutex_lock(&pub->lock);
+		for (struct vbi_pubpeer **q = &pub->peers; *q;) {
+			struct vbi_pubpeer *pp = *q;
+
+			if (pp->peer != p) {
+				q = &pp->next_in_pub;
+				continue;
+			}
+			*q = pp->next_in_pub;
+			pub->npeers--;
+			free(pp);
+		}
+		pthread_mutex_unlock(&pub->lock);
+	}
+	p->pubs = NULL;
+	p->rr = NULL;
+	vbi_sub_drop_peer(node, p);
+}
+
+void vbi_node_reap(struct vb_node *node)
+{
+	struct vb_ctx *ctx = node->ctx;
+
+	for (;;) {
+		struct vbi_peer *victim = NULL;
+
+		pthread_rwlock_wrlock(&node->lock);
+		for (struct vbi_peer **q = &node->peers; *q; q = &(*q)->next) {
+			struct vbi_peer *p = *q;
+			bool gone;
+
+			if (atomic_load(&p->alt_pending))
+				continue;
+			pthread_mutex_lock(&p->txlock);
+			if (!p->dead) {
+				pthread_mutex_unlock(&p->txlock);
+				continue;
+			}
+			for (struct vbi_lane *l = p->lanes; l; l = l->next)
+				if (!atomic_load(&l->retiring))
+					vbi_lane_retire(l);
+			vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
+			vbi_path_take_standby(&p->path);
+			p->probe = NULL;
+			gone = !p->lanes;
+			pthread_mutex_unlock(&p->txlock);
+			if (!gone)
+				continue;
+			*q = p->next;
+			reap_detach(node, p);
+			victim = p;
+			break;
+		}
+		pthread_rwlock_unlock(&node->lock);
+		if (!victim)
+			return;
+		vbi_rcu_synchronize(); /* publishers that picked it as a target are done */
+		vbi_info("peer '%s' reaped", victim->name);
+		vbi_peer_free(victim);
+		vbi_ctx_put_peer(ctx);
+		atomic_fetch_add(&ctx->st.peers_reaped, 1);
+	}
+}
+
 /* Tell a live peer we are closing (so it does not take the silence for a
  * failure), and give the BYE up to 200 ms to leave. */
 static void peer_say_bye(struct vbi_peer *p)

@@ -1039,17 +1039,18 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	 * within batch_us, or finds the send queue half full, is held for up
 	 * to batch_us so the messages that join it share one SEND (the
 	 * progress thread posts it when due). */
+	/* the targets were read under pub->lock: a peer reaped since is freed
+	 * only after this read-side section (vbi_node_reap) */
+	vbi_rcu_enter();
 	for (unsigned t = 0; t < nt; t++) {
 		struct vbi_peer *p = targets[t];
 		uint64_t now = vbi_now_ns();
 		struct vbi_lane *l;
 		bool busy;
 
-		vbi_rcu_enter();
 		l = vbi_path_lane(&p->path);
 		busy = l && atomic_load_explicit(&l->sr.outstanding, memory_order_relaxed) >=
 			    l->sr.n / 2;
-		vbi_rcu_leave();
 
 		if (!busy && (!ctx->batch_ns ||
 			      now - atomic_load_explicit(&p->last_post_ns, memory_order_relaxed) >=
@@ -1062,6 +1063,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 		atomic_compare_exchange_strong(&p->hold_since_ns, &zero, now);
 		atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
 	}
+	vbi_rcu_leave();
 	if (seq_out)
 		*seq_out = seq;
 	return 0;

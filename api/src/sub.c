@@ -105,6 +105,23 @@ static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uin
 	return r;
 }
 
+void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p)
+{
+	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
+		for (struct vbi_rxs **q = &sub->streams; *q;) {
+			struct vbi_rxs *r = *q;
+
+			if (r->peer != p) {
+				q = &r->next;
+				continue;
+			}
+			*q = r->next;
+			sub->nstreams--;
+			vbi_reasm_fini(&r->reasm);
+			free(r);
+		}
+}
+
 /* @peer now sends on a newer connection, which restarts any fragmented
  * message from its first fragment: drop partial reassemblies. Progress
  * context, node->lock held. */

@@ -20,10 +20,16 @@
  *              Touched only by the progress context (and destroy, after
  *              it has been unlinked under node->lock held for writing).
  *
+ *   vbi_peer lifetime: created by a connect or an accepted HELLO, given up
+ *              or closed (dead), then reaped by the node's maintenance
+ *              thread (vbi_node_reap) once it has no lane left; freed after
+ *              an RCU grace period (publishing threads hold peer pointers
+ *              they read under pub->lock inside a read-side section).
+ *
  * Lock order: ctx->ud_lock -> pub->lock; node->lock -> peer->txlock ->
  * pub->lock. A publisher thread takes pub->lock, drops it, then
- * peer->txlock (never pub->lock first while holding it). Callbacks run with node->lock held for reading only, so a
- * callback may publish but must not create or destroy pubs/subs/nodes.
+ * peer->txlock (never pub->lock first while holding it). Application
+ * callbacks run with no lock held (cbq.c); evq_lock is a leaf.
  */
 #ifndef VERBUS_API_VB_INT_H
 #define VERBUS_API_VB_INT_H
@@ -492,6 +498,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
+		atomic_uint_fast64_t peers_reaped;
 		atomic_uint_fast64_t devices_removed, devices_released;
 	} st;
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
@@ -613,6 +620,10 @@ bool vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_node_backup_step(struct vb_node *node);
+/* Maintenance thread: free the peers given up or closed (node.c). */
+void vbi_node_reap(struct vb_node *node);
+/* sub.c, node->lock held for writing: drop every ORDERED stream from @p. */
+void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
 
 /* pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);

@@ -69,11 +69,14 @@ int vbt_res_count(const char *kind, pid_t pid)
 		return -1;
 	}
 	/* Objects are flat: {"ifindex":..,...,"pid":N,"comm":"..."} */
-	snprintf(pat, sizeof(pat), "\"pid\":%d", (int)pid);
+	if (pid)
+		snprintf(pat, sizeof(pat), "\"pid\":%d", (int)pid);
+	else /* every user object */
+		snprintf(pat, sizeof(pat), "\"pid\":");
 	for (char *s = out; (s = strstr(s, pat)); s += strlen(pat)) {
 		char c = s[strlen(pat)];
 
-		if (c == ',' || c == '}')
+		if (!pid || c == ',' || c == '}')
 			count++;
 	}
 	free(out);

@@ -15,8 +15,11 @@
  * Exits 77 (skip) or 1 (required but absent) when there is none. */
 const char *vbt_require_device(void);
 
-/* How many `rdma res show @kind` entries (qp, cq, mr, pd) belong to @pid;
- * negative when the rdma tool cannot be run or its output not read. */
+/* How many `rdma res show @kind` entries (qp, cq, mr, pd) belong to @pid
+ * (0: every user-space object on the machine; rdma res names the thread
+ * that created an object, so a multithreaded process's objects are not all
+ * under its pid); negative when the rdma tool cannot be run or its output
+ * not read. */
 int vbt_res_count(const char *kind, pid_t pid);
 
 #endif

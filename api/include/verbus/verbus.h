@@ -317,6 +317,8 @@ typedef struct vb_stats {
 	uint64_t events_dropped;     /* events not reported: 4096 were already
 				      * queued (the application does not run
 				      * progress, or its callbacks block) */
+	uint64_t peers_reaped;       /* peers given up or closed and freed with
+				      * everything they held (docs/recovery.md) */
 } vb_stats_t;
 
 /**
