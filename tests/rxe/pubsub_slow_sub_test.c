@@ -9,9 +9,22 @@
  * fill at RATE), measures the healthy rates over that stall, SIGCONTs it,
  * publishes TAIL_MS more and waits (bounded) for the ends. Rates are
  * message counts over intervals this test controls.
- * Asserted:
+ * Two cases, by the publisher's vb_pub_attr_t.slow_policy:
+ *  VB_SLOW_CUT (slow_sub_ms SLOW_SUB_MS):
  *  - the two healthy subscribers keep >= 90% of their earlier rate during
- *    the stall, and receive every message exactly once, in order, intact.
+ *    the stall and receive every message exactly once, in order, intact;
+ *  - the stalled one is cut: the publisher reports VB_EV_SLOW_SUBSCRIBER
+ *    once (naming it and the topic) and counts it (slow_cuts); back-
+ *    pressure lasts no longer than slow_sub_ms + 1 s;
+ *  - after SIGCONT the stalled subscriber gets its end-of-stream report
+ *    (on_end, VB_END_SLOW, counted in vb_sub_stats_t.ends); what it got
+ *    before was in order with no duplicate; it then subscribes again and
+ *    receives, from its first new message on, everything to the end,
+ *    in order.
+ *  VB_SLOW_BLOCK (the old behaviour):
+ *  - the healthy subscribers are held back during the stall (< 80% of
+ *    their rate: the window fills) and nobody is cut; after SIGCONT all
+ *    three receive every message exactly once, in order, intact.
  * Volumes (the rate, hence the window) scale with VERBUS_TEST_SCALE.
  */
 #include <errno.h>
@@ -54,6 +67,10 @@ static unsigned window;        /* retransmit window: fills in ~2 s at rate */
 struct subsh {
 	uint64_t got, errors, last_seq;
 	int ready;
+	/* the end-of-stream report and the resubscription after it */
+	uint64_t ends, end_last_seq, stats_ends;
+	int end_reason;
+	uint64_t got2, errors2, first2, last2;
 };
 struct shared {
 	struct subsh sub[NSUB];
@@ -76,6 +93,43 @@ struct rx {
 	struct subsh *s;
 	uint64_t next_seq;   /* 0: the first message fixes it */
 };
+
+static void on_end(vb_sub_t *sub, uint32_t publisher, vb_end_reason_t reason, uint64_t last_seq,
+		   void *arg)
+{
+	struct rx *r = arg;
+
+	(void)sub;
+	(void)publisher;
+	printf("sub: end of stream from publisher %08x: reason %d, last seq %" PRIu64 "\n",
+	       publisher, (int)reason, last_seq);
+	r->s->end_reason = (int)reason;
+	r->s->end_last_seq = last_seq;
+	__atomic_fetch_add(&r->s->ends, 1, __ATOMIC_RELEASE);
+}
+
+/* After the resubscription: a late joiner's stream, checked the same way. */
+static void on_msg2(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct rx *r = arg;
+	const char *why = "length";
+
+	(void)sub;
+	if (!r->next_seq)
+		r->s->first2 = m->seq;
+	if (r->next_seq && m->seq != r->next_seq) {
+		if (__atomic_fetch_add(&r->s->errors2, 1, __ATOMIC_RELAXED) < 5)
+			fprintf(stderr, "sub (again): seq %" PRIu64 ", expected %" PRIu64 "\n",
+				m->seq, r->next_seq);
+	} else if (m->len != MSG_LEN || vbt_msg_verify(m->data, m->len, 7, m->seq, &why)) {
+		if (__atomic_fetch_add(&r->s->errors2, 1, __ATOMIC_RELAXED) < 5)
+			fprintf(stderr, "sub (again): seq %" PRIu64 ": %s\n", m->seq, why);
+	} else {
+		__atomic_fetch_add(&r->s->got2, 1, __ATOMIC_RELAXED);
+	}
+	r->next_seq = m->seq + 1;
+	__atomic_store_n(&r->s->last2, m->seq, __ATOMIC_RELAXED);
+}
 
 static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 {
@@ -101,7 +155,8 @@ static int subscriber(void *arg)
 {
 	int idx = (int)(intptr_t)arg;
 	struct subsh *s = &sh->sub[idx];
-	static struct rx r;
+	static struct rx r, r2;
+	vb_sub_stats_t ss;
 	vb_ctx_attr_t ca;
 	vb_node_attr_t na;
 	vb_sub_attr_t sa;
@@ -125,6 +180,7 @@ static int subscriber(void *arg)
 	r.s = s;
 	vb_sub_attr_init(&sa);
 	sa.on_msg = on_msg;
+	sa.on_end = on_end;
 	sa.arg = &r;
 	if (vb_node_create(ctx, &na, &node) || vb_sub_create(node, TOPIC, VB_ORDERED, &sa, &sub))
 		return 12;
@@ -134,8 +190,23 @@ static int subscriber(void *arg)
 	}
 	__atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
 	for (t0 = vbt_now_ms(); !__atomic_load_n(&sh->quit, __ATOMIC_ACQUIRE) &&
-	     vbt_now_ms() - t0 < 240000;)
+	     vbt_now_ms() - t0 < 240000;) {
 		usleep(10000);
+		if (__atomic_load_n(&s->ends, __ATOMIC_ACQUIRE) && !r2.s) {
+			/* cut: subscribe again (a new subscription, a late joiner) */
+			vb_sub_stats(sub, &ss);
+			s->stats_ends = ss.ends;
+			vb_sub_destroy(sub);
+			r2.s = s;
+			sa.on_msg = on_msg2;
+			sa.arg = &r2;
+			if (vb_sub_create(node, TOPIC, VB_ORDERED, &sa, &sub)) {
+				fprintf(stderr, "sub%d: subscribe again: %s\n", idx, vb_errmsg());
+				return 14;
+			}
+			printf("sub%d: subscribed again after the end of stream\n", idx);
+		}
+	}
 	vb_sub_destroy(sub);
 	vb_node_destroy(node);
 	vb_ctx_destroy(ctx);
@@ -144,6 +215,21 @@ static int subscriber(void *arg)
 }
 
 /* ---- publisher ------------------------------------------------------------------------- */
+
+static int slow_events;
+static char slow_detail[256], slow_peer[64];
+
+static void on_event(const vb_event_t *ev, void *arg)
+{
+	(void)arg;
+	if (ev->type != VB_EV_SLOW_SUBSCRIBER)
+		return;
+	if (!slow_events++) {
+		snprintf(slow_detail, sizeof(slow_detail), "%s", ev->detail);
+		snprintf(slow_peer, sizeof(slow_peer), "%s", ev->peer);
+	}
+	printf("pub: event SLOW_SUBSCRIBER peer '%s': %s\n", ev->peer, ev->detail);
+}
 
 struct pubrun {
 	vb_pub_t *pub;
@@ -211,8 +297,10 @@ static void measure(unsigned ms, double rate_out[NSUB])
 		rate_out[k] = (double)(got(k) - c0[k]) * 1000.0 / (double)(t1 - t0);
 }
 
-static void run_case(const char *label)
+static void run_case(const char *label, vb_slow_policy_t policy)
 {
+	const int cut = policy == VB_SLOW_CUT;
+	vb_stats_t st;
 	vb_ctx_attr_t ca;
 	vb_node_attr_t na;
 	vb_pub_attr_t pa;
@@ -234,6 +322,8 @@ static void run_case(const char *label)
 		assert_true(child[k] > 0);
 	}
 	ctx_attr(&ca);
+	ca.on_event = on_event;
+	slow_events = 0;
 	if (vb_ctx_create(&ca, &ctx))
 		fail_msg("ctx: %s", vb_errmsg());
 	vb_node_attr_init(&na);
@@ -242,6 +332,8 @@ static void run_case(const char *label)
 	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
 	vb_pub_attr_init(&pa);
 	pa.linger_ms = 10000;
+	pa.slow_policy = policy;
+	pa.slow_sub_ms = SLOW_SUB_MS;
 	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pr.pub), 0);
 	port = vb_node_port(node);
 	for (int k = 0; k < NSUB; k++)
@@ -273,38 +365,90 @@ static void run_case(const char *label)
 
 	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 60000; usleep(20000)) {
 		int done = 1;
+		const struct subsh *ss = &sh->sub[STALLED];
 
 		for (int k = 0; k < NSUB; k++)
 			if (k != STALLED && got(k) < n)
 				done = 0;
+		if (!cut && got(STALLED) < n)
+			done = 0;
+		if (cut && __atomic_load_n(&ss->last2, __ATOMIC_RELAXED) < n)
+			done = 0;
 		if (done)
 			break;
 	}
 	for (int k = 0; k < NSUB; k++)
 		printf("%s: sub%d: %" PRIu64 " delivered (last seq %" PRIu64 "), %" PRIu64
-		       " errors\n", label, k, got(k), sh->sub[k].last_seq, sh->sub[k].errors);
+		       " errors; ends %" PRIu64 "; after subscribing again %" PRIu64 " (seq %" PRIu64
+		       "..%" PRIu64 "), %" PRIu64 " errors\n", label, k, got(k), sh->sub[k].last_seq,
+		       sh->sub[k].errors, sh->sub[k].ends, sh->sub[k].got2, sh->sub[k].first2,
+		       sh->sub[k].last2, sh->sub[k].errors2);
+	vb_ctx_stats(ctx, &st);
+	printf("%s: publisher: slow_cuts %" PRIu64 " (%" PRIu64 " messages unacknowledged), "
+	       "events %d, backpressure %" PRIu64 "\n", label, st.slow_cuts, st.slow_cut_msgs,
+	       slow_events, st.backpressure);
+#define CHECK(cond, ...)                                                                       \
+	do {                                                                                   \
+		if (!(cond)) {                                                                 \
+			printf("%s: FAIL ", label);                                            \
+			printf(__VA_ARGS__);                                                   \
+			printf("\n");                                                          \
+			ok = 0;                                                                \
+		}                                                                              \
+	} while (0)
 	for (int k = 0; k < NSUB; k++) {
+		const struct subsh *ss = &sh->sub[k];
+
 		if (k == STALLED)
 			continue;
-		if (during[k] < 0.9 * before[k]) {
-			printf("%s: FAIL sub%d kept %.0f%% of its rate during the stall\n", label, k,
-			       100.0 * during[k] / before[k]);
-			ok = 0;
-		}
-		if (got(k) != n || sh->sub[k].errors) {
-			printf("%s: FAIL sub%d: %" PRIu64 " of %" PRIu64 ", %" PRIu64 " errors\n",
-			       label, k, got(k), n, sh->sub[k].errors);
-			ok = 0;
+		if (cut)
+			CHECK(during[k] >= 0.9 * before[k], "sub%d kept %.0f%% of its rate during "
+			      "the stall (>= 90%% required)", k, 100.0 * during[k] / before[k]);
+		else
+			CHECK(during[k] < 0.8 * before[k], "BLOCK: sub%d kept %.0f%% of its rate "
+			      "during the stall: the full window should have held it back", k,
+			      100.0 * during[k] / before[k]);
+		CHECK(got(k) == n && !ss->errors && ss->last_seq == n, "sub%d: %" PRIu64 " of %"
+		      PRIu64 " in order, %" PRIu64 " errors", k, got(k), n, ss->errors);
+		CHECK(!ss->ends, "sub%d (healthy) got an end of stream", k);
+	}
+	{
+		const struct subsh *ss = &sh->sub[STALLED];
+
+		CHECK(!ss->errors, "stalled sub: %" PRIu64 " out of order or damaged", ss->errors);
+		if (cut) {
+			CHECK(slow_events == 1, "%d SLOW_SUBSCRIBER events, 1 expected", slow_events);
+			CHECK(!strcmp(slow_peer, "slow-sub0") && strstr(slow_detail, TOPIC),
+			      "the event names '%s' / '%s'", slow_peer, slow_detail);
+			CHECK(st.slow_cuts == 1 && st.slow_cut_msgs > 0, "slow_cuts %" PRIu64,
+			      st.slow_cuts);
+			CHECK(pr.eagain_max_ms <= SLOW_SUB_MS + 1000, "back-pressure lasted %" PRIu64
+			      " ms (slow_sub_ms %d)", pr.eagain_max_ms, SLOW_SUB_MS);
+			CHECK(ss->ends == 1 && ss->end_reason == VB_END_SLOW && ss->stats_ends == 1,
+			      "stalled sub: %" PRIu64 " ends (reason %d, stats %" PRIu64 ")", ss->ends,
+			      ss->end_reason, ss->stats_ends);
+			CHECK(ss->got < n && ss->last_seq == ss->got && ss->end_last_seq == ss->got,
+			      "stalled sub got %" PRIu64 " (last %" PRIu64 ", end says %" PRIu64 ")",
+			      ss->got, ss->last_seq, ss->end_last_seq);
+			CHECK(ss->first2 > ss->got && ss->last2 == n && !ss->errors2 &&
+			      ss->got2 == n - ss->first2 + 1, "after subscribing again: %" PRIu64
+			      " (%" PRIu64 "..%" PRIu64 "), %" PRIu64 " errors", ss->got2, ss->first2,
+			      ss->last2, ss->errors2);
+		} else {
+			CHECK(slow_events == 0 && st.slow_cuts == 0, "BLOCK: %d cut events", slow_events);
+			CHECK(got(STALLED) == n && ss->last_seq == n && !ss->ends,
+			      "BLOCK: stalled sub got %" PRIu64 " of %" PRIu64 ", %" PRIu64 " ends",
+			      got(STALLED), n, ss->ends);
 		}
 	}
 
 	__atomic_store_n(&sh->quit, 1, __ATOMIC_RELEASE);
 	for (int k = 0; k < NSUB; k++) {
-		int st = vbt_wait(child[k], 60);
+		int rc = vbt_wait(child[k], 60);
 
 		child[k] = -1;
-		if (st) {
-			printf("%s: FAIL sub%d exited with %d\n", label, k, st);
+		if (rc) {
+			printf("%s: FAIL sub%d exited with %d\n", label, k, rc);
 			ok = 0;
 		}
 	}
@@ -317,10 +461,21 @@ static void run_case(const char *label)
 	assert_true(ok);
 }
 
-static void test_default(void **state)
+static void test_cut(void **state)
+{
+	vb_pub_attr_t pa;
+
+	(void)state;
+	vb_pub_attr_init(&pa);
+	if (!getenv("VERBUS_SLOW_SUB"))
+		assert_int_equal(pa.slow_policy, VB_SLOW_CUT); /* the default */
+	run_case("cut", VB_SLOW_CUT);
+}
+
+static void test_block(void **state)
 {
 	(void)state;
-	run_case("default");
+	run_case("block", VB_SLOW_BLOCK);
 }
 
 /* A failed check leaves subscriber processes running (or stopped): end them. */
@@ -339,7 +494,8 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_default, teardown),
+		cmocka_unit_test_teardown(test_cut, teardown),
+		cmocka_unit_test_teardown(test_block, teardown),
 	};
 
 	vbt_require_device();
