@@ -5,7 +5,9 @@
  * that peer's credits and send queue allow — small messages batched into one
  * SEND when more than one is waiting, large ones fragmented with a
  * registered header plus a zero-copy slice of the message. A message leaves
- * the window when every live subscriber has acknowledged it.
+ * the window when every live subscriber has acknowledged it; with
+ * VB_SLOW_CUT a subscriber that acknowledged nothing for slow_sub_ms is cut
+ * (no longer waited for) and told so with an END frame ("slow subscribers").
  * FANOUT: datagrams (fragmented to the path MTU) posted on the context's UD
  * QP once to the topic's multicast group for the subscribers that joined it
  * (mcast.c), and to the address handle of each subscriber that did not.
