@@ -654,18 +654,23 @@ static bool peer_reachable(struct vbi_peer *p)
  * an END frame is owed to it, and the cut is counted and reported.
  * node->lock held for reading; takes pub->lock.
  */
-static void slow_cut(struct vb_pub *pub, uint64_t now)
+static void slow_cut(struct vb_pub *pub)
 {
+	uint64_t now;
 	struct vb_ctx *ctx = pub->node->ctx;
 	uint64_t limit = (uint64_t)pub->attr.slow_sub_ms * 1000000;
 	bool released = false;
 
 	pthread_mutex_lock(&pub->lock);
+	/* read under the lock: publishing threads set stall clocks to their
+	 * own now, which must not be later than ours */
+	now = vbi_mono_ns();
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
 		uint64_t last = pub->win.next_seq - 1, n, held_ms;
 		size_t bytes;
 
-		if (pp->dead || !pp->stall_ns || pp->acked >= last || now - pp->stall_ns < limit)
+		if (pp->dead || !pp->stall_ns || pp->acked >= last || pp->stall_ns > now ||
+		    now - pp->stall_ns < limit)
 			continue;
 		if (!peer_reachable(pp->peer)) {
 			pp->stall_ns = now; /* recovery's business; its clock restarts */
@@ -752,7 +757,7 @@ void vbi_pub_slow_check(struct vb_ctx *ctx)
 			if (pub->cls != VB_ORDERED)
 				continue;
 			if (pub->attr.slow_policy == VB_SLOW_CUT)
-				slow_cut(pub, now);
+				slow_cut(pub);
 			pthread_mutex_lock(&pub->lock);
 			owed = pub->ends_pending;
 			pthread_mutex_unlock(&pub->lock);
