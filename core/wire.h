@@ -37,7 +37,10 @@ enum vbi_wire_type {
 			       * frame arrived on (failover): switch to it too */
 	VBI_WT_UDADDR = 10,   /* the sender's UD endpoint (FANOUT) moved to another
 			       * device: payload = qpn, qkey (le32), gid[16] */
-	VBI_WT__MAX = 10,
+	VBI_WT_END = 11,      /* the publisher cut our ORDERED stream (session,
+			       * topic): seq = last message it sent us,
+			       * frag_off = reason (1: slow subscriber) */
+	VBI_WT__MAX = 11,
 };
 
 enum vbi_wire_flags {

@@ -2,7 +2,7 @@
 /*
  * Application callbacks run with no verbus lock held (verbus.h).
  *
- * Deliveries (on_msg, on_gap) and k-of-n acknowledgements (on_ack) are
+ * Deliveries (on_msg, on_gap, on_end) and k-of-n acknowledgements (on_ack) are
  * found by the progress thread while it dispatches a received SEND or
  * datagram under the node's lock (and, for datagrams, the context's). They
  * are queued in ctx->cbq instead of called there, and run by
@@ -106,6 +106,23 @@ int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked)
 	return 0;
 }
 
+int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint64_t last)
+{
+	struct vbi_cb *e = cbq_push(sub->node->ctx);
+
+	if (!e)
+		return -ENOMEM;
+	e->kind = VBI_CB_END;
+	e->sub = sub;
+	e->r = NULL;
+	e->owned = NULL;
+	e->end.session = session;
+	e->end.reason = reason;
+	e->end.last = last;
+	atomic_fetch_add(&sub->cb_pending, 1);
+	return 0;
+}
+
 /* ---- events ------------------------------------------------------------------------------ */
 
 struct vbi_ev {
@@ -196,6 +213,12 @@ static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
 		if (!atomic_load(&e->sub->dead) && e->sub->attr.on_gap)
 			e->sub->attr.on_gap(e->sub, e->gap.session, e->gap.lost, e->gap.next,
 					    e->sub->attr.arg);
+		atomic_fetch_sub(&e->sub->cb_pending, 1);
+		break;
+	case VBI_CB_END:
+		if (!atomic_load(&e->sub->dead) && e->sub->attr.on_end)
+			e->sub->attr.on_end(e->sub, e->end.session, (vb_end_reason_t)e->end.reason,
+					    e->end.last, e->sub->attr.arg);
 		atomic_fetch_sub(&e->sub->cb_pending, 1);
 		break;
 	case VBI_CB_ACK:

@@ -761,6 +761,7 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	vbi_cb_flush(ctx); /* events from every thread, no lock held */
 	for_each_peer_after_poll(ctx, n == 0);
 	vbi_pub_fanout_flush(ctx, n == 0);
+	vbi_pub_slow_check(ctx);
 	if (n == 0) {
 		uint64_t now = vbi_now_ms();
 
@@ -1128,6 +1129,10 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->devices_released = atomic_load(&ctx->st.devices_released);
 	st->events_dropped = atomic_load(&ctx->st.events_dropped);
 	st->peers_reaped = atomic_load(&ctx->st.peers_reaped);
+	st->slow_cuts = atomic_load(&ctx->st.slow_cuts);
+	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
+	st->streams_ended = atomic_load(&ctx->st.streams_ended);
+	st->retain_full = atomic_load(&ctx->st.retain_full);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

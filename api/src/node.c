@@ -436,6 +436,9 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 		case VBI_WT_UDADDR:
 			vbi_peer_on_udaddr(p, &h, pl);
 			break;
+		case VBI_WT_END: /* a publisher cut our stream (slow subscriber) */
+			vbi_sub_on_end(p, &h);
+			break;
 		case VBI_WT_BYE:
 			p->remote_closed = true;
 			vbi_peer_failed(p, "closed by the peer");

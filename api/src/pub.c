@@ -5,12 +5,16 @@
  * that peer's credits and send queue allow — small messages batched into one
  * SEND when more than one is waiting, large ones fragmented with a
  * registered header plus a zero-copy slice of the message. A message leaves
- * the window when every live subscriber has acknowledged it.
+ * the window when every live subscriber has acknowledged it; with
+ * VB_SLOW_CUT a subscriber that acknowledged nothing for slow_sub_ms is cut
+ * (no longer waited for) and told so with an END frame ("slow subscribers").
  * FANOUT: datagrams (fragmented to the path MTU) posted on the context's UD
  * QP once to the topic's multicast group for the subscribers that joined it
  * (mcast.c), and to the address handle of each subscriber that did not.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +26,53 @@
 #include "core/err.h"
 #include "core/log.h"
 
+#define SLOW_SUB_MS_MIN 10u
+#define SLOW_SUB_MS_MAX 3600000u
+#define SLOW_CHECK_NS 10000000ull /* vbi_pub_slow_check() at most every 10 ms */
+
+static void env_pub(vb_pub_attr_t *a)
+{
+	const char *v = getenv("VERBUS_SLOW_SUB");
+	char *end;
+
+	if (v && *v) {
+		if (!strcmp(v, "cut"))
+			a->slow_policy = VB_SLOW_CUT;
+		else if (!strcmp(v, "block"))
+			a->slow_policy = VB_SLOW_BLOCK;
+		else
+			vbi_warn("VERBUS_SLOW_SUB='%s' ignored (cut or block)", v);
+	}
+	v = getenv("VERBUS_SLOW_SUB_MS");
+	if (v && *v) {
+		unsigned long n = strtoul(v, &end, 10);
+
+		if (*end || n < SLOW_SUB_MS_MIN || n > SLOW_SUB_MS_MAX)
+			vbi_warn("VERBUS_SLOW_SUB_MS='%s' ignored (%u..%u)", v, SLOW_SUB_MS_MIN,
+				 SLOW_SUB_MS_MAX);
+		else
+			a->slow_sub_ms = (unsigned)n;
+	}
+	v = getenv("VERBUS_RETAIN_BYTES");
+	if (v && *v) {
+		unsigned long long n = strtoull(v, &end, 10);
+
+		if (*end)
+			vbi_warn("VERBUS_RETAIN_BYTES='%s' ignored (bytes, 0 = no bound)", v);
+		else
+			a->retain_bytes = (size_t)n;
+	}
+}
+
 void vb_pub_attr_init(vb_pub_attr_t *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = sizeof(*a);
 	a->linger_ms = 2000;
+	a->slow_policy = VB_SLOW_CUT;
+	a->slow_sub_ms = 2000;
+	a->retain_bytes = (size_t)64 << 20;
+	env_pub(a);
 }
 
 static uint32_t random_session(void)
@@ -62,15 +108,18 @@ static bool pp_pending(struct vbi_pubpeer *pp)
 
 static void release_msg(void *c, uint64_t seq, void *arg)
 {
+	struct vb_pub *pub = arg;
+	struct vbi_msg *m = c;
+
 	(void)seq;
-	vbi_msg_put(arg, c);
+	pub->retained -= m->len < pub->retained ? m->len : pub->retained;
+	vbi_msg_put(pub->node->ctx, m);
 }
 
 /* Drop from the window what every live subscriber has acknowledged (all of
  * it when nobody is subscribed). Returns the new k-of-n sequence. */
 static uint64_t pub_release(struct vb_pub *pub)
 {
-	struct vb_ctx *ctx = pub->node->ctx;
 	uint64_t min = pub->win.next_seq - 1;
 	uint64_t acked[VBI_MAX_PEERS];
 	unsigned n = 0;
@@ -84,7 +133,7 @@ static uint64_t pub_release(struct vb_pub *pub)
 			acked[n++] = pp->acked > pp->joined ? pp->acked : 0;
 	}
 	if (min > pub->win.acked)
-		vbi_txwin_ack(&pub->win, min, release_msg, ctx);
+		vbi_txwin_ack(&pub->win, min, release_msg, pub);
 	if (pub->attr.ack_quorum && n >= pub->attr.ack_quorum) {
 		uint64_t q;
 
@@ -122,6 +171,8 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 			pp->acked = h->seq;
 			pp->progress_ns = vbi_mono_ns();
 			pp->rto_shift = 0;
+			/* progress: a slow subscriber's clock starts again */
+			pp->stall_ns = pp->acked < pub->win.next_seq - 1 ? pp->progress_ns : 0;
 		}
 		before = pub->quorum_seq;
 		win_before = pub->win.acked;
@@ -229,6 +280,10 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 					? pub->win.next_seq - 1 : pub->fanout_seq;
 				pp->frag_sent = 0;
 				pp->dead = false;
+				if (pp->end_pending)
+					pub->ends_pending--;
+				pp->cut = pp->end_pending = false;
+				pp->stall_ns = 0;
 				pp->mcast = vbi_mcast_peer_joined(pub, peer);
 			}
 			pthread_mutex_unlock(&pub->lock);
@@ -282,7 +337,12 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 {
 	pthread_mutex_lock(&peer->txlock);
 	pthread_mutex_lock(&pub->lock);
-	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+		if (pp->peer == peer && pp->end_pending) {
+			/* it left on its own: no END owed any more */
+			pp->end_pending = false;
+			pub->ends_pending--;
+		}
 		if (pp->peer == peer && !pp->dead) {
 			uint64_t before = pub->quorum_seq;
 
@@ -291,6 +351,7 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 			if (pub->cls == VB_ORDERED && pub_release(pub) != before)
 				pthread_cond_broadcast(&pub->acked_cv);
 		}
+	}
 	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&peer->txlock);
 }
@@ -551,9 +612,162 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 		pp->frag_sent = 0;
 		pp->progress_ns = vbi_mono_ns();
 		pp->rto_shift = 0;
+		if (pp->stall_ns) /* a new connection: the slow clock restarts */
+			pp->stall_ns = pp->progress_ns;
 		pthread_mutex_unlock(&pp->pub->lock);
 	}
 	return n;
+}
+
+/* ---- ORDERED: slow subscribers ---------------------------------------------------------------- */
+
+/* Payload bytes of the messages after @from in @pub's window. pub->lock held. */
+static size_t window_bytes(const struct vb_pub *pub, uint64_t from)
+{
+	size_t n = 0;
+
+	for (uint64_t s = from + 1; s < pub->win.next_seq; s++) {
+		const struct vbi_txent *e = vbi_txwin_get(&pub->win, s);
+
+		if (e)
+			n += e->len;
+	}
+	return n;
+}
+
+/* Can @p be sent to now? (a connection that is recovering is not slow) */
+static bool peer_reachable(struct vbi_peer *p)
+{
+	bool ok;
+
+	if (atomic_load(&p->dead) || atomic_load(&p->closing) || !atomic_load(&p->up))
+		return false;
+	vbi_rcu_enter();
+	ok = vbi_peer_lane(p) != NULL;
+	vbi_rcu_leave();
+	return ok;
+}
+
+/*
+ * VB_SLOW_CUT: cut every subscriber of @pub that holds unacknowledged
+ * messages and acknowledged nothing new for slow_sub_ms. Its cursor goes
+ * dead (the window stops waiting for it and frees what only it needed),
+ * an END frame is owed to it, and the cut is counted and reported.
+ * node->lock held for reading; takes pub->lock.
+ */
+static void slow_cut(struct vb_pub *pub)
+{
+	uint64_t now;
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint64_t limit = (uint64_t)pub->attr.slow_sub_ms * 1000000;
+	bool released = false;
+
+	pthread_mutex_lock(&pub->lock);
+	/* read under the lock: publishing threads set stall clocks to their
+	 * own now, which must not be later than ours */
+	now = vbi_mono_ns();
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+		uint64_t last = pub->win.next_seq - 1, n, held_ms;
+		size_t bytes;
+
+		if (pp->dead || !pp->stall_ns || pp->acked >= last || pp->stall_ns > now ||
+		    now - pp->stall_ns < limit)
+			continue;
+		if (!peer_reachable(pp->peer)) {
+			pp->stall_ns = now; /* recovery's business; its clock restarts */
+			continue;
+		}
+		n = last - pp->acked;
+		bytes = window_bytes(pub, pp->acked);
+		held_ms = (now - pp->stall_ns) / 1000000;
+		pp->dead = pp->cut = pp->end_pending = true;
+		pp->frag_sent = 0;
+		pub->ends_pending++;
+		released = true;
+		atomic_fetch_add(&ctx->st.slow_cuts, 1);
+		atomic_fetch_add(&ctx->st.slow_cut_msgs, n);
+		vbi_warn("'%s': subscriber '%s' acknowledged nothing for %llu ms with %llu messages "
+			 "(%zu bytes) unacknowledged: its stream is cut (slow_sub_ms %u)", pub->topic,
+			 pp->peer->name, (unsigned long long)held_ms, (unsigned long long)n, bytes,
+			 pub->attr.slow_sub_ms);
+		vbi_event(ctx, VB_EV_SLOW_SUBSCRIBER, pp->peer->name,
+			  "topic '%s': no acknowledgement for %llu ms with %llu messages (%zu bytes) "
+			  "unacknowledged (slow_sub_ms %u): stream cut, acknowledged up to seq %llu",
+			  pub->topic, (unsigned long long)held_ms, (unsigned long long)n, bytes,
+			  pub->attr.slow_sub_ms, (unsigned long long)pp->acked);
+	}
+	if (released) {
+		uint64_t before = pub->quorum_seq, win_before = pub->win.acked;
+
+		if (pub_release(pub) != before || pub->win.acked != win_before)
+			pthread_cond_broadcast(&pub->acked_cv);
+	}
+	pthread_mutex_unlock(&pub->lock);
+}
+
+/* Send the END frames @pub owes its cut subscribers (retried each round
+ * until a credit is free: a stopped subscriber returns none). node->lock
+ * held for reading; takes each peer's txlock, then pub->lock. */
+static void slow_send_ends(struct vb_pub *pub)
+{
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+		struct vbi_peer *p = pp->peer;
+		uint8_t buf[VBI_WIRE_HDR_LEN];
+		struct vbi_wire_hdr h = { .type = VBI_WT_END, .session = pub->session,
+					  .topic = pub->topic_id, .frag_off = VB_END_SLOW };
+		bool owed;
+
+		pthread_mutex_lock(&p->txlock);
+		pthread_mutex_lock(&pub->lock);
+		owed = pp->end_pending && pp->cut;
+		h.seq = pp->sent; /* the last message framed to it: the END follows it */
+		pthread_mutex_unlock(&pub->lock);
+		if (owed) {
+			vbi_wire_put(buf, &h);
+			if (atomic_load(&p->dead)) {
+				owed = true; /* nobody to tell any more */
+			} else if (vbi_peer_send_ctrl(p, buf, sizeof(buf))) {
+				owed = false; /* no credit yet: next round */
+			}
+			if (owed) {
+				pthread_mutex_lock(&pub->lock);
+				if (pp->end_pending) {
+					pp->end_pending = false;
+					pub->ends_pending--;
+				}
+				pthread_mutex_unlock(&pub->lock);
+			}
+		}
+		pthread_mutex_unlock(&p->txlock);
+	}
+}
+
+void vbi_pub_slow_check(struct vb_ctx *ctx)
+{
+	uint64_t now = vbi_mono_ns();
+
+	if (now - ctx->slow_check_ns < SLOW_CHECK_NS)
+		return;
+	ctx->slow_check_ns = now;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			unsigned owed;
+
+			if (pub->cls != VB_ORDERED)
+				continue;
+			if (pub->attr.slow_policy == VB_SLOW_CUT)
+				slow_cut(pub);
+			pthread_mutex_lock(&pub->lock);
+			owed = pub->ends_pending;
+			pthread_mutex_unlock(&pub->lock);
+			if (owed)
+				slow_send_ends(pub);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* ---- FANOUT ---------------------------------------------------------------------------------- */
@@ -982,6 +1196,33 @@ int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim)
 	return 0;
 }
 
+/* -EAGAIN from vb_pub_commit(): @fmt says what is full; the message adds
+ * which live subscriber holds the oldest message, and for how long it has
+ * not advanced. Called with pub->lock held; drops it. */
+static int retain_full(struct vb_pub *pub, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int retain_full(struct vb_pub *pub, const char *fmt, ...)
+{
+	struct vbi_pubpeer *slow = NULL;
+	char what[192], who[128] = "";
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+		if (!pp->dead && (!slow || pp->acked < slow->acked))
+			slow = pp;
+	if (slow && slow->stall_ns)
+		snprintf(who, sizeof(who), "; the oldest is held by '%s', which acknowledged "
+			 "nothing new for %llu ms%s", slow->peer->name,
+			 (unsigned long long)((vbi_mono_ns() - slow->stall_ns) / 1000000),
+			 pub->attr.slow_policy == VB_SLOW_CUT ? "" : " (policy BLOCK)");
+	pthread_mutex_unlock(&pub->lock);
+	atomic_fetch_add(&pub->node->ctx->st.backpressure, 1);
+	return vbi_err(-EAGAIN, "'%s': %s%s", pub->topic, what, who);
+}
+
 int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_out)
 {
 	struct vb_ctx *ctx;
@@ -1012,23 +1253,30 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	if (pub->attr.ack_quorum)
 		m->flags |= VBI_WF_ACK_REQ;
 	pthread_mutex_lock(&pub->lock);
-	rc = vbi_txwin_push(&pub->win, m, m->len, &seq);
-	if (rc) {
-		uint32_t inflight = vbi_txwin_inflight(&pub->win);
-
-		pthread_mutex_unlock(&pub->lock);
-		atomic_fetch_add(&ctx->st.backpressure, 1);
-		return vbi_err(-EAGAIN, "'%s': retransmit window full (%u messages not yet "
-			       "acknowledged by every subscriber)", pub->topic, inflight);
+	if (pub->attr.retain_bytes && pub->retained &&
+	    pub->retained + m->len > pub->attr.retain_bytes) {
+		rc = retain_full(pub, "retained bytes at retain_bytes (%zu of %zu bytes, %u messages "
+				 "not yet acknowledged by every subscriber)", pub->retained,
+				 pub->attr.retain_bytes, vbi_txwin_inflight(&pub->win));
+		atomic_fetch_add(&ctx->st.retain_full, 1);
+		return rc;
 	}
+	rc = vbi_txwin_push(&pub->win, m, m->len, &seq);
+	if (rc)
+		return retain_full(pub, "retransmit window full (%u messages not yet acknowledged by "
+				   "every subscriber)", vbi_txwin_inflight(&pub->win));
+	pub->retained += m->len;
 	m->seq = seq;
 	h = (struct vbi_wire_hdr){ .type = VBI_WT_DATA, .flags = m->flags, .session = pub->session,
 				   .topic = pub->topic_id, .seq = seq, .len = m->len,
 				   .msg_len = m->len };
 	vbi_wire_put(m->buf.addr, &h);
 	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < VBI_MAX_PEERS; pp = pp->next_in_pub)
-		if (!pp->dead)
+		if (!pp->dead) {
 			targets[nt++] = pp->peer;
+			if (!pp->stall_ns) /* it holds an unacknowledged message from now */
+				pp->stall_ns = vbi_mono_ns();
+		}
 	if (!nt)
 		pub_release(pub); /* nobody to wait for */
 	pthread_mutex_unlock(&pub->lock);
@@ -1183,10 +1431,24 @@ int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_p
 		vb_pub_attr_init(&def);
 		attr = &def;
 	}
-	if (attr->size < sizeof(*attr))
+	/* an older header's struct (no slow-subscriber fields): defaults for them */
+	if (attr->size < offsetof(vb_pub_attr_t, slow_policy))
 		return vbi_err(-EINVAL, "vb_pub_attr_t not initialized with vb_pub_attr_init()");
+	if (attr != &def) {
+		vb_pub_attr_init(&def);
+		memcpy(&def, attr, attr->size < sizeof(def) ? attr->size : sizeof(def));
+		def.size = sizeof(def);
+		attr = &def;
+	}
 	if (attr->ack_quorum && cls != VB_ORDERED)
 		return vbi_err(-EINVAL, "ack_quorum needs VB_ORDERED");
+	if (attr->slow_policy != VB_SLOW_CUT && attr->slow_policy != VB_SLOW_BLOCK)
+		return vbi_err(-EINVAL, "slow_policy %d unknown (VB_SLOW_CUT or VB_SLOW_BLOCK)",
+			       (int)attr->slow_policy);
+	if (attr->slow_policy == VB_SLOW_CUT &&
+	    (attr->slow_sub_ms < SLOW_SUB_MS_MIN || attr->slow_sub_ms > SLOW_SUB_MS_MAX))
+		return vbi_err(-EINVAL, "slow_sub_ms %u out of range (%u..%u)", attr->slow_sub_ms,
+			       SLOW_SUB_MS_MIN, SLOW_SUB_MS_MAX);
 	pub = calloc(1, sizeof(*pub));
 	if (!pub)
 		return vbi_err(-ENOMEM, "publisher");
@@ -1325,7 +1587,7 @@ int vb_pub_destroy(vb_pub_t *pub)
 	}
 	pthread_rwlock_unlock(&node->lock);
 	if (pub->cls == VB_ORDERED) {
-		vbi_txwin_drain(&pub->win, release_msg, node->ctx);
+		vbi_txwin_drain(&pub->win, release_msg, pub);
 		vbi_txwin_fini(&pub->win);
 	}
 	if (pub->batch)

@@ -6,6 +6,7 @@
  * reading, except create/destroy (node->lock held for writing).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,42 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	 * shows up as a gap when the next one arrives. */
 }
 
+/*
+ * END from @peer: publisher session h->session cut our stream of h->topic
+ * (we were a slow subscriber); h->seq is the last message it sent us, and
+ * RC delivered everything before this frame. The partial reassembly of a
+ * message cut in the middle is dropped; the stream is reported ended
+ * (on_end, queued) and counted. Nothing more comes from that session
+ * unless we subscribe again. Progress context, node->lock held for reading.
+ */
+void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
+{
+	struct vb_ctx *ctx = peer->node->ctx;
+	struct vb_sub *sub = vbi_sub_find(peer->node, h->topic);
+
+	if (!h->session || h->frag_off != VB_END_SLOW) {
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, peer->name, "END frame with session %08x reason %u "
+			  "dropped", h->session, h->frag_off);
+		return;
+	}
+	if (!sub || sub->cls != VB_ORDERED)
+		return; /* unsubscribed meanwhile */
+	for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+		if (r->peer == peer && r->session == h->session && r->reasm.active) {
+			vbi_reasm_fini(&r->reasm);
+			vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
+		}
+	atomic_fetch_add(&sub->ends, 1);
+	atomic_fetch_add(&ctx->st.streams_ended, 1);
+	vbi_warn("'%s': publisher %08x on '%s' cut our stream after seq %llu: we acknowledged "
+		 "nothing for its slow_sub_ms (slow subscriber)", sub->topic, h->session, peer->name,
+		 (unsigned long long)h->seq);
+	if (vbi_cb_queue_end(sub, h->session, h->frag_off, h->seq))
+		vbi_warn("'%s': end of stream not reported to the application: no memory",
+			 sub->topic);
+}
+
 static int send_unsub(struct vbi_peer *p, uint32_t topic)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN];
@@ -354,7 +391,8 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	if (!node || !attr || !out)
 		return vbi_err(-EINVAL, "vb_sub_create: NULL argument");
 	*out = NULL;
-	if (attr->size < sizeof(*attr) || !attr->on_msg)
+	/* an older header's struct (no on_end) is fine: the rest defaults */
+	if (attr->size < offsetof(vb_sub_attr_t, on_end) || !attr->on_msg)
 		return vbi_err(-EINVAL, "vb_sub_attr_t needs vb_sub_attr_init() and on_msg");
 	if ((rc = vbi_check_topic(topic)))
 		return rc;
@@ -367,7 +405,9 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	snprintf(sub->topic, sizeof(sub->topic), "%s", topic);
 	sub->topic_id = vbi_topic_id(topic);
 	sub->cls = cls;
-	sub->attr = *attr;
+	vb_sub_attr_init(&sub->attr);
+	memcpy(&sub->attr, attr, attr->size < sizeof(sub->attr) ? attr->size : sizeof(sub->attr));
+	sub->attr.size = sizeof(sub->attr);
 	/* FANOUT: join the topic's group first, so the SUB says so. */
 	if (cls == VB_FANOUT)
 		sub->mcast_group = vbi_mcast_sub_join(node->ctx, sub->topic_id);
@@ -403,6 +443,7 @@ int vb_sub_stats_size(vb_sub_t *sub, vb_sub_stats_t *st, size_t size)
 	all.gaps = atomic_load(&sub->gaps);
 	all.lost = atomic_load(&sub->lost);
 	all.publishers = atomic_load(&sub->publishers);
+	all.ends = atomic_load(&sub->ends);
 	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }

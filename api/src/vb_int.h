@@ -171,7 +171,13 @@ struct vbi_pubpeer {
 				  * RTO << rto_shift (up to 16 x) */
 	uint64_t nak_seq;        /* last NAK acted upon (seq) ... */
 	uint64_t nak_ns;         /* ... and when */
+	/* ORDERED, slow subscribers (vb_slow_policy_t; pub->lock): since when
+	 * it has held unacknowledged messages without acknowledging anything
+	 * new (0: it holds none); restarted while it has no connection */
+	uint64_t stall_ns;
 	bool dead;
+	bool cut;                /* VB_SLOW_CUT cut its stream (dead is set too) */
+	bool end_pending;        /* ... and the END frame telling it so is still to go */
 	bool mcast;              /* FANOUT: reached through the publisher's group */
 };
 
@@ -374,6 +380,8 @@ struct vb_pub {
 	struct vbi_pubpeer *peers; /* subscriber peers */
 	unsigned npeers;
 	uint64_t quorum_seq;       /* k-of-n acknowledged */
+	size_t retained;           /* ORDERED: payload bytes in the window (retain_bytes) */
+	unsigned ends_pending;     /* ORDERED: cut cursors whose END is still to go */
 	struct vbt_mcast *mcast;   /* FANOUT: the topic's group, NULL = unicast only */
 	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
 	atomic_uint cb_pending;    /* on_ack callbacks queued (cbq.c) */
@@ -388,7 +396,7 @@ struct vb_sub {
 	vb_class_t cls;
 	vb_sub_attr_t attr;
 	struct vbi_rxs *streams;   /* progress context only */
-	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers;
+	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers, ends;
 	unsigned nstreams;         /* progress context only */
 	uint32_t mcast_group;      /* FANOUT: group this context joined for it, 0 = none */
 	atomic_uint cb_pending;    /* deliveries and gaps queued (cbq.c) */
@@ -500,7 +508,9 @@ struct vb_ctx {
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
 		atomic_uint_fast64_t peers_reaped;
 		atomic_uint_fast64_t devices_removed, devices_released;
+		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
 	} st;
+	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
 	uint64_t reap_ns;          /* progress: last dev_reap try */
 };
@@ -508,7 +518,7 @@ struct vb_ctx {
 /* ctx.c */
 int vbi_progress_once(struct vb_ctx *ctx);
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
-enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK };
+enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK, VBI_CB_END };
 struct vbi_cb {
 	enum vbi_cb_kind kind;
 	bool ack_req;              /* MSG, ORDERED: the publisher asked for an ACK */
@@ -518,6 +528,7 @@ struct vbi_cb {
 	vb_msg_t msg;              /* MSG: data points into the receive buffer ... */
 	void *owned;               /* ... or here (a reassembled message), freed after */
 	struct { uint32_t session; uint64_t lost, next; } gap;
+	struct { uint32_t session; uint32_t reason; uint64_t last; } end; /* END */
 	uint64_t acked;            /* ACK */
 };
 struct vbi_zombie { struct vbi_zombie *next; void *obj; void (*free)(void *); };
@@ -530,6 +541,7 @@ int vbi_cb_queue_msg(struct vb_sub *sub, struct vbi_rxs *r, const vb_msg_t *m, v
 		     bool ack_req);
 int vbi_cb_queue_gap(struct vb_sub *sub, uint32_t session, uint64_t lost, uint64_t next);
 int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked);
+int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint64_t last);
 /* Run what is queued, and the events: the progress thread, no lock held. */
 void vbi_cb_flush(struct vb_ctx *ctx);
 /* True on the thread running @ctx's callbacks (inside one of them). */
@@ -636,6 +648,9 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
 uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer);
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
+/* Progress thread, no lock held: VB_SLOW_CUT publishers cut subscribers
+ * stalled for their slow_sub_ms and send the END frames owed (every 10 ms). */
+void vbi_pub_slow_check(struct vb_ctx *ctx);
 uint64_t vbi_now_ms(void);
 uint64_t vbi_now_ns(void);
 
@@ -665,5 +680,8 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 		  const void *payload);
 void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer);
 void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer);
+/* An END frame from @peer (a publisher cut our stream); progress context,
+ * node->lock held for reading. */
+void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 
 #endif

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ORDERED back-pressure: a subscriber process that stops reading.
+ * ORDERED back-pressure: a subscriber process that stops reading, with the
+ * publisher's slow-subscriber policy VB_SLOW_BLOCK (the default, VB_SLOW_CUT,
+ * would cut it after slow_sub_ms: pubsub_slow_sub_test).
  *
  * The publisher streams self-checking messages (1 B..2 KiB) to one
  * subscriber process. After a warm-up, the test SIGSTOPs the subscriber for
@@ -260,6 +262,7 @@ static void test_backpressure(void **state)
 	pa.ack_quorum = 1;
 	pa.on_ack = on_ack;
 	pa.linger_ms = 120000; /* its destroy waits for the last acknowledgement */
+	pa.slow_policy = VB_SLOW_BLOCK; /* back-pressure, never a cut (pubsub_slow_sub_test) */
 	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), 0);
 	port = vb_node_port(node);
 	assert_int_equal(write(port_pipe[1], &port, sizeof(port)), sizeof(port));
@@ -322,6 +325,7 @@ static void test_backpressure(void **state)
 	 * acknowledge: the linger runs out */
 	vb_pub_attr_init(&pa);
 	pa.linger_ms = 300;
+	pa.slow_policy = VB_SLOW_BLOCK;
 	assert_int_equal(vb_pub_create(node, LINGER_TOPIC, VB_ORDERED, &pa, &pub2), 0);
 	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub2) < 1 && vbt_now_ms() - t0 < 10000;)
 		usleep(1000);

@@ -46,7 +46,7 @@
  *   vb_pub_wait_acked   any thread; blocks (bounded by its timeout).
  *   vb_progress         one thread at a time per context, and only in
  *                       VB_PROGRESS_APP mode.
- *   callbacks (vb_msg_fn, vb_gap_fn, vb_ack_fn, vb_event_fn)
+ *   callbacks (vb_msg_fn, vb_gap_fn, vb_end_fn, vb_ack_fn, vb_event_fn)
  *       run on the progress thread (or inside vb_progress, on the thread
  *       calling it), one at a time per context, in order, never with a
  *       verbus lock held: a callback may publish, create and destroy
@@ -154,6 +154,13 @@ typedef enum vb_event_type {
 				  * was given up and its alternative (the backup,
 				  * or the primary again) is connected instead
 				  * (detail: both addresses, the time taken) */
+	VB_EV_SLOW_SUBSCRIBER = 10, /* publisher side, VB_SLOW_CUT: an ORDERED
+				  * subscriber acknowledged nothing new for
+				  * slow_sub_ms while it had unacknowledged
+				  * messages: its stream of the topic was cut
+				  * (peer: the subscriber's node; detail: topic,
+				  * how long, messages and bytes unacknowledged).
+				  * Its retention is freed; it is told (on_end) */
 } vb_event_type_t;
 
 typedef struct vb_event {
@@ -319,6 +326,17 @@ typedef struct vb_stats {
 				      * progress, or its callbacks block) */
 	uint64_t peers_reaped;       /* peers given up or closed and freed with
 				      * everything they held (docs/recovery.md) */
+	/* slow subscribers (vb_pub_attr_t.slow_policy; appended) */
+	uint64_t slow_cuts;          /* ORDERED subscriber streams cut by a
+				      * publisher of this context (VB_SLOW_CUT,
+				      * VB_EV_SLOW_SUBSCRIBER) */
+	uint64_t slow_cut_msgs;      /* ... messages they left unacknowledged
+				      * (released without their acknowledgement) */
+	uint64_t streams_ended;      /* subscriber side: ORDERED streams a
+				      * publisher reported cut (vb_sub_attr_t.on_end) */
+	uint64_t retain_full;        /* -EAGAIN because the publisher's retained
+				      * bytes reached retain_bytes (also counted
+				      * in backpressure) */
 } vb_stats_t;
 
 /**
@@ -438,6 +456,33 @@ VB_EXPORT int vb_node_destroy(vb_node_t *node);
 /* Called when the k-of-n acknowledged sequence advances (progress thread). */
 typedef void (*vb_ack_fn)(vb_pub_t *pub, uint64_t acked_seq, void *arg);
 
+/*
+ * What an ORDERED publisher does about a subscriber that stops
+ * acknowledging (stopped, starved of CPU, blocked in its callback). Every
+ * message stays retained until each subscriber the publisher waits for has
+ * acknowledged it; the retention is bounded (vb_ctx_attr_t.window messages,
+ * vb_pub_attr_t.retain_bytes bytes), and when it is full vb_publish()
+ * returns -EAGAIN to everybody.
+ *   VB_SLOW_CUT    (default) a subscriber that has unacknowledged messages
+ *                  and acknowledged nothing new for slow_sub_ms is cut: the
+ *                  publisher stops its stream of this topic, releases what
+ *                  only it still needed, reports VB_EV_SLOW_SUBSCRIBER and
+ *                  sends it an end of stream (its vb_sub_attr_t.on_end runs
+ *                  with VB_END_SLOW once it reads again). The others go on;
+ *                  back-pressure caused by the laggard lasts at most about
+ *                  slow_sub_ms. Exactly-once in order holds for the others;
+ *                  the cut one got a prefix of the stream, in order.
+ *   VB_SLOW_BLOCK  never cut: the slowest subscriber holds everybody back
+ *                  (-EAGAIN once the retention is full), and every
+ *                  subscriber gets every message exactly once, in order.
+ * A subscriber whose connection is recovering (failover, rebuild) is not
+ * slow: its clock restarts once it has a connection again.
+ */
+typedef enum vb_slow_policy {
+	VB_SLOW_CUT = 0,
+	VB_SLOW_BLOCK = 1,
+} vb_slow_policy_t;
+
 typedef struct vb_pub_attr {
 	size_t size;
 	unsigned ack_quorum;    /* ORDERED: k for k-of-n acknowledgements (0 = off) */
@@ -446,13 +491,28 @@ typedef struct vb_pub_attr {
 	unsigned linger_ms;     /* ORDERED: vb_pub_destroy() waits up to this long
 				 * for every connected subscriber to acknowledge
 				 * what was published (default 2000; 0 = no wait) */
+	/* (appended; see vb_slow_policy_t) */
+	vb_slow_policy_t slow_policy; /* ORDERED: VB_SLOW_CUT (default) or
+				 * VB_SLOW_BLOCK [VERBUS_SLOW_SUB=cut|block] */
+	unsigned slow_sub_ms;   /* VB_SLOW_CUT: how long a subscriber may hold
+				 * unacknowledged messages without acknowledging
+				 * anything new before it is cut; 10..3600000,
+				 * 2000 [VERBUS_SLOW_SUB_MS] */
+	size_t retain_bytes;    /* ORDERED: payload bytes of unacknowledged
+				 * messages the publisher keeps (besides the
+				 * window's count); past it vb_publish() returns
+				 * -EAGAIN. 0 = no byte bound (the window and
+				 * pool_cap bound it). 64 MiB [VERBUS_RETAIN_BYTES] */
 } vb_pub_attr_t;
 
 VB_EXPORT void vb_pub_attr_init(vb_pub_attr_t *attr);
 
 /**
  * vb_pub_create() - a publisher of @topic (1..63 bytes) with @cls on @node.
- * Returns 0, -EINVAL, -EEXIST (this node already publishes @topic), -ENOMEM.
+ * Returns 0, -EINVAL (also slow_policy unknown or slow_sub_ms out of
+ * range), -EEXIST (this node already publishes @topic), -ENOMEM. An attr
+ * from an older header (smaller size) gets the defaults for the fields it
+ * lacks.
  */
 VB_EXPORT int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls,
 			    const vb_pub_attr_t *attr, vb_pub_t **out);
@@ -461,9 +521,10 @@ VB_EXPORT int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls,
  * vb_publish() - copy @len bytes and send them to every current subscriber.
  * ORDERED: up to max_msg bytes; FANOUT: up to max_msg bytes (fragmented into
  * datagrams). *@seq (may be NULL) receives the message's sequence number.
- * Returns 0; -EAGAIN (back-pressure: retransmit window full, send queue
- * full, or registered memory at its cap — vb_errmsg() says which; nothing was
- * sent); -EMSGSIZE; -EINVAL. Publishing with no subscriber succeeds (the
+ * Returns 0; -EAGAIN (back-pressure: retransmit window full, retained bytes
+ * at retain_bytes, send queue full, or registered memory at its cap —
+ * vb_errmsg() says which, and which subscriber holds the oldest message;
+ * nothing was sent); -EMSGSIZE; -EINVAL. Publishing with no subscriber succeeds (the
  * message is numbered and dropped: late joiners start after it).
  */
 VB_EXPORT int vb_publish(vb_pub_t *pub, const void *data, size_t len, uint64_t *seq);
@@ -529,11 +590,30 @@ typedef void (*vb_msg_fn)(vb_sub_t *sub, const vb_msg_t *msg, void *arg);
 typedef void (*vb_gap_fn)(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t next_seq,
 			  void *arg);
 
+/* Why an ORDERED stream ended (vb_end_fn). */
+typedef enum vb_end_reason {
+	VB_END_SLOW = 1,        /* the publisher cut us: we acknowledged nothing for
+				 * its slow_sub_ms (VB_SLOW_CUT) */
+} vb_end_reason_t;
+
+/* ORDERED: publisher session @publisher ended this subscriber's stream
+ * (@reason); @last_seq is the last message it sent us (what was delivered
+ * before this callback is all we get of that stream; messages after it
+ * were not sent). The subscription stays; to receive the topic from that
+ * publisher again, destroy the subscriber and create it anew (from another
+ * thread, or from a callback of another subscriber): the new subscription
+ * starts with the publisher's next message, like a late joiner. Runs like
+ * the other callbacks (no verbus lock held). */
+typedef void (*vb_end_fn)(vb_sub_t *sub, uint32_t publisher, vb_end_reason_t reason,
+			  uint64_t last_seq, void *arg);
+
 typedef struct vb_sub_attr {
 	size_t size;
 	vb_msg_fn on_msg;       /* required */
 	vb_gap_fn on_gap;       /* FANOUT; may be NULL (gaps are still counted) */
 	void *arg;
+	vb_end_fn on_end;       /* ORDERED; may be NULL (ends are still counted);
+				 * appended */
 } vb_sub_attr_t;
 
 VB_EXPORT void vb_sub_attr_init(vb_sub_attr_t *attr);
@@ -541,12 +621,16 @@ VB_EXPORT void vb_sub_attr_init(vb_sub_attr_t *attr);
 /**
  * vb_sub_create() - subscribe @node to @topic with class @cls (must match
  * the publishers'). Returns 0, -EINVAL, -EEXIST (already subscribed here).
+ * An attr from an older header (smaller size) gets the defaults for the
+ * fields it lacks.
  */
 VB_EXPORT int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls,
 			    const vb_sub_attr_t *attr, vb_sub_t **out);
 
 typedef struct vb_sub_stats {
 	uint64_t delivered, duplicates, gaps, lost, publishers;
+	uint64_t ends;          /* ORDERED streams a publisher ended (on_end);
+				 * appended */
 } vb_sub_stats_t;
 
 /**
