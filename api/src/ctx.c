@@ -7,6 +7,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->batch_us = 50;
 	a->standby = 1;
 	a->keepalive_ms = 100;
+	a->max_pending = 32;
 
 	env_str("VERBUS_DEVICE", &a->device);
 	env_str("VERBUS_IP", &a->ip);
@@ -126,6 +128,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	env_unsigned("VERBUS_MAX_PEERS", &a->max_peers);
 	env_unsigned("VERBUS_WINDOW", &a->window);
 	env_unsigned("VERBUS_KEEPALIVE_MS", &a->keepalive_ms);
+	env_unsigned("VERBUS_MAX_PENDING", &a->max_pending);
 	{
 		const char *b = getenv("VERBUS_BATCH_US");
 
@@ -167,6 +170,8 @@ static int check_attr(const vb_ctx_attr_t *a)
 		return vbi_err(-EINVAL, "window %u: 16..1048576", a->window);
 	if (a->cm_timeout_ms <= 0)
 		return vbi_err(-EINVAL, "cm_timeout_ms %d must be positive", a->cm_timeout_ms);
+	if (!a->max_pending || a->max_pending > 1024)
+		return vbi_err(-EINVAL, "max_pending %u: 1..1024", a->max_pending);
 	return 0;
 }
 
@@ -911,6 +916,7 @@ static void devres_close(struct vb_ctx *ctx, unsigned idx)
 
 int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 {
+	vb_ctx_attr_t full;
 	struct vb_ctx *ctx;
 	struct vbi_sizing_in si = { 0 };
 	uint32_t per_qp;
@@ -922,6 +928,15 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	if (!out)
 		return vbi_err(-EINVAL, "NULL output pointer");
 	*out = NULL;
+	/* An attribute struct from an older header is shorter: what it does
+	 * not have keeps its default. */
+	if (attr && attr->size >= offsetof(vb_ctx_attr_t, keepalive_ms) &&
+	    attr->size < sizeof(full)) {
+		vb_ctx_attr_init(&full);
+		memcpy(&full, attr, attr->size);
+		full.size = sizeof(full);
+		attr = &full;
+	}
 	if ((rc = check_attr(attr)))
 		return rc;
 	ctx = calloc(1, sizeof(*ctx));
@@ -1129,6 +1144,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->devices_released = atomic_load(&ctx->st.devices_released);
 	st->events_dropped = atomic_load(&ctx->st.events_dropped);
 	st->peers_reaped = atomic_load(&ctx->st.peers_reaped);
+	st->pending_dropped = atomic_load(&ctx->st.pending_dropped);
 	st->slow_cuts = atomic_load(&ctx->st.slow_cuts);
 	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
 	st->streams_ended = atomic_load(&ctx->st.streams_ended);

@@ -115,8 +115,48 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
+/* Receive slots (and the send ring) for all of @l from slot @from on:
+ * allocated and posted. */
+static int lane_fill(struct vbi_lane *l, uint32_t from)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	int rc;
+
+	for (uint32_t i = from; i < l->nslots; i++) {
+		struct vbi_slot *s = &l->slots[i];
+
+		s->kind = VBI_WR_RC_RECV;
+		s->lane = l;
+		rc = vbi_mempool_alloc(l->dr->pool, ctx->attr.slot_size, &s->buf);
+		if (rc)
+			return rc;
+	}
+	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
+	for (uint32_t i = from; i < l->nslots; i++)
+		if ((rc = post_slot(l, &l->slots[i])))
+			return rc;
+	return 0;
+}
+
+int vbi_lane_commit(struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	int rc;
+
+	if (!l->lean)
+		return 0;
+	rc = vbi_sring_init(ctx, l->dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l,
+			    true);
+	if (!rc)
+		rc = lane_fill(l, VBI_LEAN_SLOTS);
+	if (rc)
+		return vbi_err_prefix(rc, "committing the connection's memory");
+	l->lean = false;
+	return 0;
+}
+
 int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode,
-		 struct vbi_lane **out)
+		 bool lean, struct vbi_lane **out)
 {
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_lane *l = calloc(1, sizeof(*l));
@@ -161,31 +201,34 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		rc = vbt_qp_to_init(l->qp, &ctx->cp, &local);
 	if (rc)
 		goto err;
-	rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l, true);
-	if (rc)
-		goto err;
 	l->nslots = l->qp->cap.max_recv_wr;
 	l->slots = calloc(l->nslots, sizeof(*l->slots));
 	if (!l->slots) {
 		rc = vbi_err(-ENOMEM, "receive slots");
 		goto err;
 	}
-	for (uint32_t i = 0; i < l->nslots; i++) {
-		struct vbi_slot *s = &l->slots[i];
-
-		s->kind = VBI_WR_RC_RECV;
-		s->lane = l;
-		rc = vbi_mempool_alloc(dr->pool, ctx->attr.slot_size, &s->buf);
-		if (rc)
-			goto err;
-	}
 	/* Until the peer's HELLO says how many slots it has, one credit:
 	 * enough for our own HELLO (every node posts >= 16 before connecting). */
 	l->remote_slots = 1;
-	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
-	for (uint32_t i = 0; i < l->nslots; i++)
-		if ((rc = post_slot(l, &l->slots[i])))
-			goto err;
+	if (lean && l->nslots > VBI_LEAN_SLOTS) {
+		/* An accepted connection, before a valid HELLO: the peer may send
+		 * only its HELLO yet (one credit), so a few slots and no send
+		 * ring; vbi_lane_commit() adds the rest once the HELLO is valid.
+		 * A connection that never sends one pins VBI_LEAN_SLOTS slots. */
+		uint32_t all = l->nslots;
+
+		l->lean = true;
+		l->nslots = VBI_LEAN_SLOTS;
+		rc = lane_fill(l, 0);
+		l->nslots = all;
+	} else {
+		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
+				    l, true);
+		if (!rc)
+			rc = lane_fill(l, 0);
+	}
+	if (rc)
+		goto err;
 	atomic_fetch_add_explicit(&ctx->st.lanes_created, 1, memory_order_relaxed);
 	*out = l;
 	return 0;
@@ -925,6 +968,12 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		hello_bad(l, "HELLO announces another mode than the connection's", true);
 		return;
 	}
+	if (!p && vbi_lane_commit(l)) {
+		/* a valid HELLO: now the connection gets its memory */
+		vbi_warn("refusing a connection: %s", vbi_errmsg());
+		hello_bad(l, "no registered memory for the connection", true);
+		return;
+	}
 	if (!p) {
 		/* An accepted connection: a new peer, or a lane of a known one. */
 		if (role == VBI_LANE_PRIMARY) {
@@ -1303,7 +1352,7 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, en
 	if (!dr)
 		return vbi_err(-ENETDOWN, "no device or %s listener towards '%s'",
 			       vbi_path_mode_name(mode), p->name);
-	rc = vbi_lane_new(node, dr, mode, &l);
+	rc = vbi_lane_new(node, dr, mode, false, &l);
 	if (rc)
 		return rc;
 	/* bound before it connects: the peer's HELLO may arrive first */
@@ -1484,6 +1533,7 @@ static void *maint_main(void *arg)
 		pthread_mutex_unlock(&node->maint_lock);
 		if (atomic_load(&node->stop))
 			break;
+		vbi_node_pending_expire(node);
 		maint_retire(node);
 		vbi_node_backup_step(node);
 		vbi_node_reap(node);

@@ -725,6 +725,49 @@ static void listener_drop(struct vb_node *node, unsigned idx)
  * its HELLO says which peer it belongs to (a new one, or a standby /
  * replacement for a known one).
  */
+/*
+ * Half-open connections (accepted, no valid HELLO yet) hold a QP and
+ * VBI_LEAN_SLOTS receive slots each. At most max_pending of them per node:
+ * past it the oldest (the list's tail) is dropped, so a flood of them
+ * cannot keep a real peer out; vbi_node_pending_expire() drops those older
+ * than cm_timeout_ms. node->lock held for writing.
+ */
+static void pending_cap(struct vb_node *node)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_lane *oldest = NULL;
+	unsigned n = 0;
+
+	for (struct vbi_lane *l = node->pending; l; l = l->next)
+		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
+			n++;
+			oldest = l;
+		}
+	if (n <= ctx->attr.max_pending || !oldest)
+		return;
+	atomic_fetch_add(&ctx->st.pending_dropped, 1);
+	vbi_info("node '%s': %u connections without a HELLO (max_pending %u): the oldest "
+		 "(QP %u) dropped", node->name, n, ctx->attr.max_pending, oldest->qp->qpn);
+	vbi_lane_retire(oldest);
+}
+
+void vbi_node_pending_expire(struct vb_node *node)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t now = vbi_mono_ns(), limit = (uint64_t)ctx->attr.cm_timeout_ms * 1000000ull;
+
+	pthread_rwlock_rdlock(&node->lock);
+	for (struct vbi_lane *l = node->pending; l; l = l->next)
+		if (!atomic_load(&l->dead) && !atomic_load(&l->in_setup) && l->accepted_ns &&
+		    now - l->accepted_ns > limit) {
+			atomic_fetch_add(&ctx->st.pending_dropped, 1);
+			vbi_warn("node '%s': a connection sent no HELLO within %d ms: dropped (QP %u)",
+				 node->name, ctx->attr.cm_timeout_ms, l->qp->qpn);
+			vbi_lane_retire(l);
+		}
+	pthread_rwlock_unlock(&node->lock);
+}
+
 static void accept_loop(struct vb_node *node, unsigned idx)
 {
 	struct vb_ctx *ctx = node->ctx;
@@ -739,7 +782,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	while (!atomic_load(&node->stop) && !atomic_load(&dr->removed)) {
 		int rc;
 
-		if (!l && vbi_lane_new(node, dr, mode, &l)) {
+		if (!l && vbi_lane_new(node, dr, mode, true, &l)) {
 			vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
 			struct timespec ts = { 0, 100000000 };
 
@@ -762,10 +805,12 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 		 * HELLO answers it, from the progress thread, once the lane is
 		 * bound (one thread, one lock: the lane's lock changes then). */
 		atomic_store(&l->conn_ready, true); /* UD: its HELLO may be answered */
+		l->accepted_ns = vbi_mono_ns();
 		pthread_rwlock_wrlock(&node->lock);
 		if (!l->peer) {
 			l->next = node->pending;
 			node->pending = l;
+			pending_cap(node);
 		}
 		pthread_rwlock_unlock(&node->lock);
 		atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
@@ -964,7 +1009,7 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
 		goto err_peer;
 	}
-	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, &l)))
+	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, false, &l)))
 		goto err_count;
 	atomic_store(&l->in_setup, true); /* ours until the handshake is done */
 	pthread_mutex_lock(&p->txlock);

@@ -281,6 +281,9 @@ struct vbi_lane {
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
+	uint64_t accepted_ns;    /* accepted, waiting for the HELLO (node->pending) */
+	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
+				  * posted, no send ring (vbi_lane_commit) */
 	uint64_t rx_count;       /* receives (progress context): test loss injection */
 };
 
@@ -506,7 +509,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
-		atomic_uint_fast64_t peers_reaped;
+		atomic_uint_fast64_t peers_reaped, pending_dropped;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
 	} st;
@@ -575,7 +578,12 @@ uint64_t vbi_mono_ns(void);
 /* lane.c: lanes, failover, the maintenance thread */
 void vbi_rcu_enter(void);  /* registers the thread on first use, then read-locks */
 void vbi_rcu_leave(void);
-int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode,
+/* Receive slots an accepted connection has before its HELLO is valid. */
+#define VBI_LEAN_SLOTS 2u
+/* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
+ * ring until vbi_lane_commit() (after a valid HELLO): 0 or negative errno. */
+int vbi_lane_commit(struct vbi_lane *l);
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode, bool lean,
 		 struct vbi_lane **out);
 int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
 void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
@@ -634,6 +642,8 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_node_backup_step(struct vb_node *node);
 /* Maintenance thread: free the peers given up or closed (node.c). */
 void vbi_node_reap(struct vb_node *node);
+/* Maintenance thread: drop accepted connections with no HELLO for cm_timeout_ms. */
+void vbi_node_pending_expire(struct vb_node *node);
 /* sub.c, node->lock held for writing: drop every ORDERED stream from @p. */
 void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
 

@@ -226,6 +226,13 @@ typedef struct vb_ctx_attr {
 				 * found by the send's failure even when no
 				 * traffic flows our way; 0 = off. 100
 				 * [VERBUS_KEEPALIVE_MS] */
+	/* Accepted connections whose HELLO has not arrived yet, per
+	 * listening node: each holds a QP and 2 receive slots (no more
+	 * memory is committed before a valid HELLO) for at most
+	 * cm_timeout_ms. When a new one would pass this cap the oldest is
+	 * dropped, so a flood of half-open connections cannot keep a real
+	 * peer out. 1..1024, 32 [VERBUS_MAX_PENDING] (appended) */
+	unsigned max_pending;
 } vb_ctx_attr_t;
 
 /**
@@ -337,6 +344,9 @@ typedef struct vb_stats {
 	uint64_t retain_full;        /* -EAGAIN because the publisher's retained
 				      * bytes reached retain_bytes (also counted
 				      * in backpressure) */
+	uint64_t pending_dropped;    /* accepted connections dropped before a valid
+				      * HELLO: none within cm_timeout_ms, or past
+				      * max_pending (vb_ctx_attr_t) */
 } vb_stats_t;
 
 /**
