@@ -17,7 +17,7 @@
 #   --rounds R     rounds of the target figures (default 3): ORDERED 64 B
 #                  latency and rate, FANOUT 64 B rates, failover
 #   --rounds2 R    rounds of the other figures (1 KiB, 64 KiB, FANOUT
-#                  latency; default 1, with --full the same as --rounds)
+#                  latency; default: the same as --rounds)
 #   --ip/--dev/--gid  device address, verbs device, GID index
 #                  (default 10.77.0.1, rxe0, 1: the Soft-RoCE VM's)
 #   --standby-ip ADDR  a second device's address for the failover bench's
@@ -25,8 +25,8 @@
 #                  VM 10.77.1.1, rxe1; none: the standby on the same device)
 #   --timeout SECS limit for the whole measurement (default 600); steps
 #                  not reached are reported as "n/a (cut by the time limit)"
-#   --full         also UCX at 1 KiB and 64 KiB, verbus FANOUT to 2
-#                  subscribers, and every figure in --rounds rounds
+#   --full         also UCX at 1 KiB and 64 KiB, and verbus FANOUT to 2
+#                  subscribers
 #
 # Internal phases (the default runs both): --measure (runs the tools, on the
 # device: inside the VM) and --report (parses raw/, prints the table, writes
@@ -71,7 +71,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds needs a positive integer" >&2; exit 2; }
-[ -n "$rounds2" ] || { if [ "$full" = 1 ]; then rounds2=$rounds; else rounds2=1; fi; }
+[ -n "$rounds2" ] || rounds2=$rounds
 [[ "$rounds2" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds2 needs a positive integer" >&2; exit 2; }
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 [ -n "$out" ] || out="$build/bench-results"
@@ -98,7 +98,7 @@ BW1K_N=5000
 BW64K_N=500      # (verbus runs 1 KiB and 64 KiB in one call with this count)
 FAN_N=10000      # messages published per FANOUT run (each subscriber gets them all)
 FO_FAULTS=7      # faults per failover round
-UCX_RANKS="10 25 50 75 90 95 99"  # ucx_perftest -R ladder (one run per rank)
+UCX_RANKS="10 25 50 75 90 95 99 99.9"  # ucx_perftest -R ladder (one run per rank)
 
 waitport() { # PORT SECS: until something listens on TCP PORT
   local i
