@@ -16,8 +16,9 @@
 #   --scale F      multiplies every iteration count (default 1)
 #   --rounds R     rounds of the target figures (default 3): ORDERED 64 B
 #                  latency and rate, FANOUT 64 B rates, failover
-#   --rounds2 R    rounds of the other figures (1 KiB, 64 KiB, FANOUT
-#                  latency; default: the same as --rounds)
+#   --rounds2 R    rounds of the other figures (FANOUT latency, 1 KiB,
+#                  64 KiB; default 1, with --full the same as --rounds: on a
+#                  loaded 2-core host 3 rounds of them alone take ~4 min)
 #   --ip/--dev/--gid  device address, verbs device, GID index
 #                  (default 10.77.0.1, rxe0, 1: the Soft-RoCE VM's)
 #   --standby-ip ADDR  a second device's address for the failover bench's
@@ -25,8 +26,8 @@
 #                  VM 10.77.1.1, rxe1; none: the standby on the same device)
 #   --timeout SECS limit for the whole measurement (default 600); steps
 #                  not reached are reported as "n/a (cut by the time limit)"
-#   --full         also UCX at 1 KiB and 64 KiB, and verbus FANOUT to 2
-#                  subscribers
+#   --full         also UCX at 1 KiB and 64 KiB, verbus FANOUT to 2
+#                  subscribers, and --rounds2 defaults to --rounds
 #
 # Internal phases (the default runs both): --measure (runs the tools, on the
 # device: inside the VM) and --report (parses raw/, prints the table, writes
@@ -71,7 +72,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds needs a positive integer" >&2; exit 2; }
-[ -n "$rounds2" ] || rounds2=$rounds
+[ -n "$rounds2" ] || { if [ "$full" = 1 ]; then rounds2=$rounds; else rounds2=1; fi; }
 [[ "$rounds2" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds2 needs a positive integer" >&2; exit 2; }
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 [ -n "$out" ] || out="$build/bench-results"
@@ -563,6 +564,7 @@ report() {
       }
       if (rmin != "" && rmin > 0 && rmax / rmin > 2) noisy = noisy (noisy == "" ? "" : ",") "ratio"
       flag = (noisy != "") ? "noisy" : ""
+      if (R == 1) flag = flag (flag == "" ? "" : ", ") "1 round"
       if (tg != "") { tratio[tg] = ratio; tvb[tg] = med[3]; tucxv[tg] = med[2]; tfig[tg] = fig; tunit[tg] = unit }
       printf "%-46s | %-24s | %-24s | %-24s | %-8s | %-7s | %s\n", substr(fig " (" unit ")", 1, 46), substr(txt[1], 1, 24),
         substr(txt[2], 1, 24), substr(txt[3], 1, 24), (ratio == "" ? "-" : ratio "x"), thr, flag >> tbl
