@@ -407,7 +407,7 @@ why_all() {
     [ -e "$f" ] || continue
     name=$(basename "$f" .cmd)
     if [ ! -e "$out/raw/$name.rc" ]; then
-      echo "$name cut by the time limit"
+      echo "$name cut: time limit"
       continue
     fi
     rc=$(cat "$out/raw/$name.rc")
@@ -512,7 +512,7 @@ report() {
     if (spec == "") return "-"
     st = spec; sub(/:.*/, "", st)
     if ((st ".r1") in why) return "n/a (" why[st ".r1"] ")"
-    if (done == "") return "n/a (not reached: time limit)"
+    if (done == "") return "n/a (time limit)"
     if (full != 1 && (st ~ /_(1024|65536)$/ && st ~ /^ucx/ || st ~ /fanout_2p/)) return "n/a (--full only)"
     return "n/a (not measured)"
   }
@@ -565,7 +565,7 @@ report() {
       if (rmin != "" && rmin > 0 && rmax / rmin > 2) noisy = noisy (noisy == "" ? "" : ",") "ratio"
       flag = (noisy != "") ? "noisy" : ""
       if (R == 1) flag = flag (flag == "" ? "" : ", ") "1 round"
-      if (tg != "") { tratio[tg] = ratio; tvb[tg] = med[3]; tucxv[tg] = med[2]; tfig[tg] = fig; tunit[tg] = unit }
+      if (tg != "") { tratio[tg] = ratio; tvb[tg] = med[3]; tucxv[tg] = med[2]; tfig[tg] = fig; tunit[tg] = unit; tnoisy[tg] = noisy }
       printf "%-46s | %-24s | %-24s | %-24s | %-8s | %-7s | %s\n", substr(fig " (" unit ")", 1, 46), substr(txt[1], 1, 24),
         substr(txt[2], 1, 24), substr(txt[3], 1, 24), (ratio == "" ? "-" : ratio "x"), thr, flag >> tbl
       if (nf++) printf "    ,\n" >> json
@@ -591,10 +591,12 @@ report() {
           }
         }
         v = ok ? "met" : "MISSED"
+        if (tnoisy[t] != "") v = v " (noisy row: " tnoisy[t] " rounds disagree by >2x)"
       }
       printf "target: %-70s measured %-7s -> %s%s\n", tlab[i] ":", (q == "" ? "n/a" : q "x"), v, ucxs >> tbl
-      printf "    {\"target\": %s, \"figure\": %s, \"test\": %s, \"ratio_median\": %s, \"verdict\": %s, \"detail\": %s}%s\n",
-        jstr(tlab[i]), jstr(tfig[t]), jstr(ttest[i]), jnum(q), jstr(v), jstr(substr(ucxs, 3)), (i < nt ? "," : "") >> json
+      printf "    {\"target\": %s, \"figure\": %s, \"test\": %s, \"ratio_median\": %s, \"verdict\": %s, \"noisy\": %s, \"detail\": %s}%s\n",
+        jstr(tlab[i]), jstr(tfig[t]), jstr(ttest[i]), jnum(q), jstr(v), (tnoisy[t] != "") ? "true" : "false",
+        jstr(substr(ucxs, 3)), (i < nt ? "," : "") >> json
     }
     printf "  ],\n  \"all\": {\n" >> json
     n = 0
