@@ -609,7 +609,10 @@ report() {
     printf "  ],\n  \"all\": {\n" >> json
     n = 0
     close(kvf)
-    while ((getline l < kvf) > 0) { split(l, a, " "); printf "%s    %s: %s", (n++ ? ",\n" : ""), jstr(a[1]), a[2] >> json }
+    while ((getline l < kvf) > 0) {
+      split(l, a, " ")
+      printf "%s    %s: %s", (n++ ? ",\n" : ""), jstr(a[1]), (a[2] ~ /^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/) ? a[2] : jstr(a[2]) >> json
+    }
     printf "\n  }\n}\n" >> json
   }'
   {
