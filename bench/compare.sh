@@ -470,6 +470,11 @@ fo|failover fault -> first delivery p50 <= 0.1x a new RC connection|<=0.1|'
 
 report() {
   [ -d "$out/raw" ] || { echo "compare: no measurements in $out/raw" >&2; return 1; }
+  # a --report of an earlier run: the host's load as that run saw it
+  if [ -z "${HOST_LOAD:-}" ] && [ -r "$out/host_load" ]; then
+    HOST_LOAD=$(sed -n 's/^HOST_LOAD=//p' "$out/host_load")
+    HOST_LOAD_END=$(sed -n 's/^HOST_LOAD_END=//p' "$out/host_load")
+  fi
   local meta="$out/raw/meta" kvf="$out/kv.txt" whyf="$out/why.txt" tbl="$out/table.txt" json="$out/results.json"
   local m_rounds m_rounds2 m_full m_done
   parse_all > "$kvf"
@@ -712,6 +717,7 @@ case "$phase" in
       --dev "$dev" --gid "$gid" ${standby_ip:+--standby-ip "$standby_ip"} "${extra[@]}" >&2
     rc=$?
     HOST_LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+    printf 'HOST_LOAD=%s\nHOST_LOAD_END=%s\n' "$HOST_LOAD" "$HOST_LOAD_END" > "$out/host_load"
     [ $rc -eq 0 ] || progress "measurement run ended with status $rc: reporting what was measured"
     report
     ;;
