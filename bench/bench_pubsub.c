@@ -3,15 +3,27 @@
  * vb_bench lat | bw | fanout: the pub/sub API measured between processes on
  * one RDMA device (the Soft-RoCE VM when the host has none).
  *
- *   lat     ping-pong; one-way latency = RTT / 2, from an HDR-style histogram
- *           (p50 p90 p99 p99.9 max). --rate R sends at a fixed rate and
- *           measures from each message's intended send time (no coordinated
- *           omission); otherwise the next ping leaves when the pong is in.
+ *   lat     ping-pong; one-way latency = RTT / 2 of every round trip, kept
+ *           sample by sample: exact (nearest-rank) p50 p90 p99 p99.9 max,
+ *           the share of samples above 1 ms ("tick mode": the round trip
+ *           waited for a scheduler tick) and the p50 of the samples at or
+ *           below 1 ms ("fast-mode p50"). Two clock reads per round trip,
+ *           as ib_send_lat. --rate R sends at a fixed rate and measures from
+ *           each message's intended send time (no coordinated omission);
+ *           otherwise the next ping leaves when the pong is in.
  *   bw      one publisher, one subscriber: messages/s and MB/s measured at
- *           the receiver (first to last message).
- *   fanout  one publisher, --subs N subscribers: aggregate deliveries/s and
- *           each subscriber's latency p99 (publish time stamped in the
- *           payload; publisher and subscribers share the host clock).
+ *           the receiver, from its first delivery to its last stamped one.
+ *   fanout  one publisher, --subs N subscribers in --sub-procs P processes
+ *           (default N: one each; 1: all N in one process, each its own node
+ *           on one context, so one progress thread): aggregate deliveries/s
+ *           and the worst subscriber's delivery latency p99.
+ *
+ * No system clock per message: every time is read from the calibrated TSC
+ * (bench/clock.h), and in bw/fanout only every --stamp-every'th message
+ * (default 64, and the last one) carries its publish time; the subscriber
+ * reads the clock for those and for its first delivery only, so per
+ * message the publisher does one vb_publish() and the subscriber's callback
+ * counts it.
  *
  * Common options: --class ordered|fanout, --size BYTES (repeatable list
  * "64,1024,65536"), --count N, --ip ADDR, --json FILE.
@@ -19,6 +31,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +42,7 @@
 #include <verbus/verbus.h>
 
 #include "bench/bench.h"
+#include "bench/clock.h"
 #include "core/hist.h"
 
 struct opts {
@@ -37,17 +51,19 @@ struct opts {
 	int nsizes;
 	uint64_t count;
 	double rate;
+	double max_secs;   /* lat: stop measuring a size after this long (0: never) */
 	int subs;
+	int sub_procs;     /* processes the subscribers are spread over; 0 = subs */
+	unsigned stamp_every; /* bw/fanout: stamp every Nth message (and the last) */
 	const char *ip;
 	const char *json;
 };
 
+#define TICK_NS 1000000ull /* above this a round trip is in the tick mode */
+
 static uint64_t now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return vbb_now_ns();
 }
 
 static int parse(int argc, char **argv, struct opts *o, const char *what)
@@ -56,7 +72,9 @@ static int parse(int argc, char **argv, struct opts *o, const char *what)
 		{ "class", required_argument, 0, 'c' }, { "size", required_argument, 0, 's' },
 		{ "count", required_argument, 0, 'n' }, { "rate", required_argument, 0, 'r' },
 		{ "subs", required_argument, 0, 'S' },  { "ip", required_argument, 0, 'i' },
-		{ "json", required_argument, 0, 'j' },  { 0, 0, 0, 0 },
+		{ "json", required_argument, 0, 'j' },  { "sub-procs", required_argument, 0, 'P' },
+		{ "stamp-every", required_argument, 0, 'E' }, { "max-secs", required_argument, 0, 'T' },
+		{ 0, 0, 0, 0 },
 	};
 	int c;
 
@@ -86,16 +104,25 @@ static int parse(int argc, char **argv, struct opts *o, const char *what)
 		case 'S': o->subs = atoi(optarg); break;
 		case 'i': o->ip = optarg; break;
 		case 'j': o->json = optarg; break;
+		case 'P': o->sub_procs = atoi(optarg); break;
+		case 'T': o->max_secs = strtod(optarg, NULL); break;
+		case 'E': o->stamp_every = (unsigned)strtoul(optarg, NULL, 0); break;
 		default:
 			goto bad;
 		}
 	}
-	if (!o->count || o->subs < 1 || o->subs > 16)
+	if (!o->sub_procs || o->sub_procs > o->subs)
+		o->sub_procs = o->subs;
+	if (!o->stamp_every)
+		o->stamp_every = 64;
+	if (!o->count || o->subs < 1 || o->subs > 16 || o->sub_procs < 1)
 		goto bad;
+	vbb_clock_init(); /* before any fork: every process shares the rate */
 	return 0;
 bad:
 	fprintf(stderr, "vb_bench %s: [--class ordered|fanout] [--size N[,N...]] [--count N] "
-			"[--rate MSGS_PER_S] [--subs N] [--ip ADDR] [--json FILE]\n", what);
+			"[--rate MSGS_PER_S] [--max-secs S] [--subs N] [--sub-procs P] "
+			"[--stamp-every N] [--ip ADDR] [--json FILE]\n", what);
 	return -1;
 }
 
@@ -153,18 +180,18 @@ struct pong {
 	vb_pub_t *pub;
 	vb_ctx_t *ctx;
 	atomic_uint_fast64_t got;
-	uint64_t stamp;
+	atomic_bool stop; /* ponger: the pinger is done (a 1-byte message) */
 };
 
 static void pong_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 {
 	struct pong *p = arg;
 
-	if (p->pub) /* ponger: echo it back */
+	if (p->pub && m->len == 1) /* the pinger is done */
+		atomic_store(&p->stop, true);
+	else if (p->pub) /* ponger: echo it back */
 		publish_spin(p->pub, m->data, m->len, p->ctx, 1);
-	else if (m->len >= 8)
-		memcpy(&p->stamp, m->data, 8);
-	atomic_fetch_add(&p->got, 1);
+	atomic_fetch_add_explicit(&p->got, 1, memory_order_release);
 }
 
 static int ponger(const struct opts *o, uint16_t port)
@@ -173,7 +200,7 @@ static int ponger(const struct opts *o, uint16_t port)
 	vb_sub_attr_t sa;
 	vb_sub_t *sub;
 	static struct pong p;
-	uint64_t want = o->count * (uint64_t)o->nsizes + 100 * (uint64_t)o->nsizes, idle = 0;
+	uint64_t idle = 0;
 
 	if (end_open(&e, o->ip, "ponger", 0, VB_PROGRESS_APP))
 		return 1;
@@ -187,8 +214,8 @@ static int ponger(const struct opts *o, uint16_t port)
 		return 1;
 	if (vb_node_connect(e.node, o->ip, port))
 		return fprintf(stderr, "ponger: %s\n", vb_errmsg()), 1;
-	/* serve until everything was echoed, or 3 s of silence */
-	while (atomic_load(&p.got) < want && idle < 3000000) {
+	/* serve until the pinger says it is done (or about 3 s of silence) */
+	while (idle < 3000000 && !atomic_load(&p.stop)) {
 		if (vb_progress(e.ctx) > 0)
 			idle = 0;
 		else
@@ -215,23 +242,76 @@ static int wait_subs(vb_pub_t *pub, int n, vb_ctx_t *ctx, int app)
 	return 0;
 }
 
-static void print_lat(FILE *f, const char *shape, const struct opts *o, size_t size,
-		      const struct vbi_hist *h, int json)
+/* Latency samples of one size, summarised as perftest's are (nearest rank
+ * over the sorted samples), plus the two modes seen under TCG. */
+struct lat_stats {
+	uint64_t n, p50, p90, p99, p999, max, slow, fast_p50;
+	double mean;
+};
+
+static int cmp_u64(const void *a, const void *b)
 {
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t rank(const uint64_t *v, uint64_t n, double p)
+{
+	uint64_t k = (uint64_t)(p / 100.0 * (double)n + 0.999999);
+
+	if (!n)
+		return 0;
+	if (k < 1)
+		k = 1;
+	if (k > n)
+		k = n;
+	return v[k - 1];
+}
+
+static void lat_summary(uint64_t *v, uint64_t n, struct lat_stats *st)
+{
+	double sum = 0;
+	uint64_t fast = 0;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	for (uint64_t i = 0; i < n; i++) {
+		sum += (double)v[i];
+		if (v[i] <= TICK_NS)
+			fast++;
+	}
+	st->n = n;
+	st->p50 = rank(v, n, 50);
+	st->p90 = rank(v, n, 90);
+	st->p99 = rank(v, n, 99);
+	st->p999 = rank(v, n, 99.9);
+	st->max = n ? v[n - 1] : 0;
+	st->slow = n - fast;
+	st->fast_p50 = rank(v, fast, 50); /* the sorted prefix at or below 1 ms */
+	st->mean = n ? sum / (double)n : 0;
+}
+
+static void print_lat(FILE *f, const char *shape, const struct opts *o, size_t size,
+		      const struct lat_stats *st, int json)
+{
+	double slow_pct = st->n ? 100.0 * (double)st->slow / (double)st->n : 0;
+
 	if (json) {
 		fprintf(f, "{\"bench\":\"%s\",\"class\":\"%s\",\"size\":%zu,\"count\":%llu,"
-			   "\"rate\":%.0f,\"one_way_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,"
-			   "\"p999\":%llu,\"max\":%llu,\"mean\":%.0f}}\n",
-			shape, cls_name(o->cls), size, (unsigned long long)h->count, o->rate,
-			(unsigned long long)vbi_hist_pct(h, 50), (unsigned long long)vbi_hist_pct(h, 90),
-			(unsigned long long)vbi_hist_pct(h, 99), (unsigned long long)vbi_hist_pct(h, 99.9),
-			(unsigned long long)h->max, vbi_hist_mean(h));
+			   "\"rate\":%.0f,\"clock\":\"%s\",\"busy_threads\":2,"
+			   "\"one_way_ns\":{\"p50\":%llu,\"p90\":%llu,\"p99\":%llu,"
+			   "\"p999\":%llu,\"max\":%llu,\"mean\":%.0f},\"tick_ns\":%llu,"
+			   "\"tick_share\":%.5f,\"fast_p50\":%llu}\n",
+			shape, cls_name(o->cls), size, (unsigned long long)st->n, o->rate,
+			vbb_clock_source(), (unsigned long long)st->p50, (unsigned long long)st->p90,
+			(unsigned long long)st->p99, (unsigned long long)st->p999,
+			(unsigned long long)st->max, st->mean, (unsigned long long)TICK_NS,
+			slow_pct / 100.0, (unsigned long long)st->fast_p50);
 		return;
 	}
-	fprintf(f, "%-8s %-8s %8zu %9llu %9.1f %9.1f %9.1f %9.1f %9.1f\n", shape, cls_name(o->cls),
-		size, (unsigned long long)h->count, vbi_hist_pct(h, 50) / 1e3,
-		vbi_hist_pct(h, 90) / 1e3, vbi_hist_pct(h, 99) / 1e3, vbi_hist_pct(h, 99.9) / 1e3,
-		h->max / 1e3);
+	fprintf(f, "%-8s %-8s %8zu %9llu %9.1f %9.1f %9.1f %9.1f %9.1f %7.2f %9.1f\n", shape,
+		cls_name(o->cls), size, (unsigned long long)st->n, st->p50 / 1e3, st->p90 / 1e3,
+		st->p99 / 1e3, st->p999 / 1e3, st->max / 1e3, slow_pct, st->fast_p50 / 1e3);
 }
 
 int vb_bench_lat(int argc, char **argv)
@@ -248,7 +328,8 @@ int vb_bench_lat(int argc, char **argv)
 	uint16_t port;
 	FILE *jf = NULL;
 	uint8_t *buf;
-	static struct vbi_hist h;
+	uint64_t *samp;
+	struct lat_stats st;
 
 	if (!o.ip)
 		o.ip = "10.77.0.1";
@@ -281,13 +362,17 @@ int vb_bench_lat(int argc, char **argv)
 	if (o.json && !(jf = fopen(o.json, "a")))
 		return fprintf(stderr, "lat: cannot open %s\n", o.json), 1;
 	buf = calloc(1, 1 << 20);
-	printf("%-8s %-8s %8s %9s %9s %9s %9s %9s %9s   (one-way us)\n", "bench", "class", "bytes",
-	       "samples", "p50", "p90", "p99", "p99.9", "max");
+	samp = calloc(o.count, sizeof(*samp));
+	if (!buf || !samp)
+		return fprintf(stderr, "lat: out of memory\n"), 1;
+	printf("%-8s %-8s %8s %9s %9s %9s %9s %9s %9s %7s %9s   (one-way us; clock: %s)\n",
+	       "bench", "class", "bytes", "samples", "p50", "p90", "p99", "p99.9", "max", ">1ms %",
+	       "fast p50", vbb_clock_source());
 	for (int si = 0; si < o.nsizes; si++) {
 		size_t size = o.sizes[si] < 8 ? 8 : o.sizes[si];
-		uint64_t interval = o.rate > 0 ? (uint64_t)(1e9 / o.rate) : 0, t0;
+		uint64_t interval = o.rate > 0 ? (uint64_t)(1e9 / o.rate) : 0, t0, ns = 0;
+		uint64_t deadline = UINT64_MAX;
 
-		vbi_hist_init(&h);
 		/* 100 warm-up round trips, then the measured ones */
 		t0 = now_ns();
 		for (uint64_t i = 0; i < o.count + 100; i++) {
@@ -296,12 +381,10 @@ int vb_bench_lat(int argc, char **argv)
 			while (interval && now_ns() < intended)
 				vb_progress(e.ctx);
 			sent = now_ns();
-			memcpy(buf, &sent, 8);
 			before = atomic_load(&p.got);
 			if (publish_spin(pub, buf, size, e.ctx, 1))
 				return fprintf(stderr, "lat: %s\n", vb_errmsg()), 1;
-			/* check the 5 s bound only now and then: reading the clock
-			 * can cost a system call (HPET in a VM) */
+			/* the 5 s bound is checked only now and then */
 			end = sent + 5000000000ull;
 			for (unsigned spin = 0; atomic_load(&p.got) == before; spin++) {
 				vb_progress(e.ctx);
@@ -313,13 +396,26 @@ int vb_bench_lat(int argc, char **argv)
 					(unsigned long long)i);
 				continue;
 			}
-			if (i >= 100)
-				vbi_hist_record(&h, (now_ns() - (interval ? intended : sent)) / 2);
+			if (i >= 100 && ns < o.count) {
+				uint64_t t = now_ns();
+
+				samp[ns++] = (t - (interval ? intended : sent)) / 2;
+				if (t > deadline)
+					break; /* --max-secs: fewer samples, said in "samples" */
+			} else if (i == 99 && o.max_secs > 0) {
+				deadline = now_ns() + (uint64_t)(o.max_secs * 1e9);
+			}
 		}
-		print_lat(stdout, "lat", &o, size, &h, 0);
+		lat_summary(samp, ns, &st);
+		print_lat(stdout, "lat", &o, size, &st, 0);
 		if (jf)
-			print_lat(jf, "lat", &o, size, &h, 1);
+			print_lat(jf, "lat", &o, size, &st, 1);
 	}
+	free(samp);
+	buf[0] = 0; /* tell the ponger we are done: a 1-byte message */
+	publish_spin(pub, buf, 1, e.ctx, 1);
+	for (int k = 0; k < 10000; k++)
+		vb_progress(e.ctx); /* let it go out */
 	if (jf)
 		fclose(jf);
 	free(buf);
@@ -332,61 +428,86 @@ int vb_bench_lat(int argc, char **argv)
 
 /* ---- bw and fanout ------------------------------------------------------------------------ */
 
+/* One subscriber's counters. Written only by the progress thread that runs
+ * its callback; read after vb_sub_destroy() (no callback runs after it). */
 struct sink {
-	atomic_uint_fast64_t got, bytes;
-	uint64_t first_ns, last_ns;
-	struct vbi_hist lat;
+	uint64_t n, bytes;       /* deliveries seen by the callback */
+	uint64_t first_ns;       /* clock at the first delivery */
+	uint64_t last_ns, last_n; /* clock at the last stamped delivery, its index */
+	struct vbi_hist lat;     /* publish -> delivery of the stamped messages */
 };
 
 static void sink_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 {
 	struct sink *s = arg;
-	uint64_t t = now_ns(), sent;
+	uint64_t n = s->n++, sent = 0, t;
 
-	if (!s->first_ns)
-		s->first_ns = t;
-	s->last_ns = t;
-	if (m->len >= 8) {
+	(void)sub;
+	s->bytes += m->len;
+	if (m->len >= 8)
 		memcpy(&sent, m->data, 8);
-		if (sent && t > sent)
+	if (!sent && n)
+		return; /* the common case: no clock read */
+	t = now_ns();
+	if (!n)
+		s->first_ns = t;
+	if (sent) {
+		if (t > sent)
 			vbi_hist_record(&s->lat, t - sent);
+		s->last_ns = t;
+		s->last_n = n;
 	}
-	atomic_fetch_add_explicit(&s->bytes, m->len, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->got, 1, memory_order_relaxed);
 }
 
 struct sink_result {
-	uint64_t got, lost, bytes, ns, p50, p99;
+	uint64_t got, lost, bytes, ns, span, p50, p99;
 };
 
-static int sink_proc(const struct opts *o, size_t size, uint16_t port, int wfd)
+/* One subscriber process: @nsubs subscribers, each its own node (a node
+ * subscribes to a topic once), all on one context: one progress thread. */
+static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 {
-	struct end e;
+	vb_ctx_attr_t ca;
+	vb_ctx_t *ctx;
+	vb_node_t *node[16];
+	vb_sub_t *sub[16];
 	vb_sub_attr_t sa;
-	vb_sub_t *sub;
 	vb_sub_stats_t st;
-	static struct sink s;
+	static struct sink s[16];
 	struct sink_result r;
 	uint64_t last = 0, quiet_since = now_ns();
 
-	(void)size;
-	vbi_hist_init(&s.lat);
-	if (end_open(&e, o->ip, "sink", 0, VB_PROGRESS_THREAD))
-		return 1;
-	vb_sub_attr_init(&sa);
-	sa.on_msg = sink_cb;
-	sa.arg = &s;
-	if (vb_sub_create(e.node, "bench.stream", o->cls, &sa, &sub) ||
-	    vb_node_connect(e.node, o->ip, port))
+	vb_ctx_attr_init(&ca);
+	ca.ip = o->ip;
+	ca.progress = VB_PROGRESS_THREAD;
+	if (vb_ctx_create(&ca, &ctx))
 		return fprintf(stderr, "sink: %s\n", vb_errmsg()), 1;
+	for (int k = 0; k < nsubs; k++) {
+		vb_node_attr_t na;
+		char name[16];
+
+		snprintf(name, sizeof(name), "sink%d", k);
+		vb_node_attr_init(&na);
+		na.name = name;
+		vbi_hist_init(&s[k].lat);
+		vb_sub_attr_init(&sa);
+		sa.on_msg = sink_cb;
+		sa.arg = &s[k];
+		if (vb_node_create(ctx, &na, &node[k]) ||
+		    vb_sub_create(node[k], "bench.stream", o->cls, &sa, &sub[k]) ||
+		    vb_node_connect(node[k], o->ip, port))
+			return fprintf(stderr, "sink: %s\n", vb_errmsg()), 1;
+	}
 	/* until everything arrived or was reported lost, or 3 s of silence
 	 * once the stream has started (60 s before it does) */
 	for (;;) {
-		uint64_t g;
+		uint64_t g = 0;
 
-		vb_sub_stats(sub, &st);
-		g = st.delivered + st.lost;
-		if (g >= o->count)
+		for (int k = 0; k < nsubs; k++) {
+			vb_sub_stats(sub[k], &st);
+			g += st.delivered + st.lost;
+		}
+		if (g >= o->count * (uint64_t)nsubs)
 			break;
 		if (!g && now_ns() - quiet_since < 60000000000ull) {
 			usleep(1000);
@@ -400,24 +521,35 @@ static int sink_proc(const struct opts *o, size_t size, uint16_t port, int wfd)
 		}
 		usleep(1000);
 	}
-	vb_sub_stats(sub, &st);
-	r.got = st.delivered;
-	r.lost = st.lost;
-	r.bytes = atomic_load(&s.bytes);
-	r.ns = s.last_ns - s.first_ns;
-	r.p50 = vbi_hist_pct(&s.lat, 50);
-	r.p99 = vbi_hist_pct(&s.lat, 99);
-	if (write(wfd, &r, sizeof(r)) != sizeof(r))
-		return 1;
-	vb_sub_destroy(sub);
-	end_close(&e);
+	for (int k = 0; k < nsubs; k++) {
+		vb_sub_stats(sub[k], &st);
+		vb_sub_destroy(sub[k]);
+		r.got = st.delivered;
+		r.lost = st.lost;
+		r.bytes = s[k].bytes;
+		r.ns = s[k].last_ns > s[k].first_ns ? s[k].last_ns - s[k].first_ns : 0;
+		r.span = s[k].last_n;
+		r.p50 = vbi_hist_pct(&s[k].lat, 50);
+		r.p99 = vbi_hist_pct(&s[k].lat, 99);
+		if (write(wfd, &r, sizeof(r)) != sizeof(r))
+			return 1;
+	}
+	for (int k = 0; k < nsubs; k++)
+		vb_node_destroy(node[k]);
+	vb_ctx_destroy(ctx);
 	return 0;
 }
 
 static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 {
-	printf("%-7s %-8s %8s %5s %10s %12s %10s %9s %12s %9s %9s\n", "bench", "class", "bytes", "subs",
-	       "sent", "pub msg/s", "delivered", "lost", "agg msg/s", "MB/s", "p99 us");
+	/* spinning threads: the publisher's own and its progress thread, one
+	 * progress thread per subscriber process */
+	int busy = 2 + o->sub_procs;
+
+	printf("%-7s %-8s %8s %5s %5s %10s %12s %10s %9s %12s %9s %9s   (clock: %s, stamp every "
+	       "%u, %d busy threads)\n", "bench", "class", "bytes", "subs", "procs", "sent",
+	       "pub msg/s", "delivered", "lost", "agg msg/s", "MB/s", "p99 us", vbb_clock_source(),
+	       o->stamp_every, busy);
 	for (int si = 0; si < o->nsizes; si++) {
 		size_t size = o->sizes[si] < 8 ? 8 : o->sizes[si];
 		struct end e;
@@ -425,18 +557,21 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		int pfd[2], rfd[2];
 		pid_t kids[16];
 		uint16_t port;
-		uint8_t *buf = calloc(1, size);
+		uint8_t *plain = calloc(1, size), *stamped = calloc(1, size);
 		uint64_t t0, t1, got = 0, lost = 0, bytes = 0, maxns = 0, worst_p99 = 0;
 		double agg = 0;
 
-		if (!buf || pipe(pfd) || pipe(rfd))
+		if (!plain || !stamped || pipe(pfd) || pipe(rfd))
 			return 1;
-		for (int k = 0; k < o->subs; k++) {
+		for (int k = 0; k < o->sub_procs; k++) {
+			/* spread o->subs over o->sub_procs processes */
+			int here = o->subs / o->sub_procs + (k < o->subs % o->sub_procs);
+
 			kids[k] = fork();
 			if (kids[k] == 0) {
 				if (read(pfd[0], &port, sizeof(port)) != sizeof(port))
 					_exit(1);
-				_exit(sink_proc(o, size, port, rfd[1]));
+				_exit(sink_proc(o, here, port, rfd[1]));
 			}
 		}
 		if (end_open(&e, o->ip, "source", 1, VB_PROGRESS_THREAD))
@@ -444,7 +579,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		if (vb_pub_create(e.node, "bench.stream", o->cls, NULL, &pub))
 			return fprintf(stderr, "%s: %s\n", shape, vb_errmsg()), 1;
 		port = vb_node_port(e.node);
-		for (int k = 0; k < o->subs; k++)
+		for (int k = 0; k < o->sub_procs; k++)
 			if (write(pfd[1], &port, sizeof(port)) != sizeof(port))
 				return 1;
 		if (wait_subs(pub, o->subs, e.ctx, 0))
@@ -454,9 +589,14 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 				cls_name(o->cls), size, (unsigned long long)o->count, o->subs);
 		t0 = now_ns();
 		for (uint64_t i = 0; i < o->count; i++) {
-			uint64_t ts = now_ns();
+			const uint8_t *buf = plain;
 
-			memcpy(buf, &ts, 8);
+			if (i % o->stamp_every == 0 || i + 1 == o->count) {
+				uint64_t ts = now_ns();
+
+				memcpy(stamped, &ts, 8);
+				buf = stamped;
+			}
 			if (publish_spin(pub, buf, size, e.ctx, 0))
 				return fprintf(stderr, "%s: %s\n", shape, vb_errmsg()), 1;
 		}
@@ -472,29 +612,33 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 			if (r.ns > maxns)
 				maxns = r.ns;
 			if (r.ns)
-				agg += (double)r.got / ((double)r.ns / 1e9);
+				agg += (double)r.span / ((double)r.ns / 1e9);
 			if (r.p99 > worst_p99)
 				worst_p99 = r.p99;
 		}
-		for (int k = 0; k < o->subs; k++)
+		for (int k = 0; k < o->sub_procs; k++)
 			waitpid(kids[k], NULL, 0);
-		printf("%-7s %-8s %8zu %5d %10llu %12.0f %10llu %9llu %12.0f %9.2f %9.1f\n", shape,
-		       cls_name(o->cls), size, o->subs, (unsigned long long)o->count,
+		printf("%-7s %-8s %8zu %5d %5d %10llu %12.0f %10llu %9llu %12.0f %9.2f %9.1f\n", shape,
+		       cls_name(o->cls), size, o->subs, o->sub_procs, (unsigned long long)o->count,
 		       (double)o->count / ((double)(t1 - t0) / 1e9), (unsigned long long)got,
 		       (unsigned long long)lost, agg,
 		       maxns ? (double)bytes / ((double)maxns / 1e9) / 1e6 : 0.0, worst_p99 / 1e3);
 		if (jf)
 			fprintf(jf, "{\"bench\":\"%s\",\"class\":\"%s\",\"size\":%zu,\"subs\":%d,"
-				    "\"sent\":%llu,\"pub_msgs_per_s\":%.0f,\"delivered\":%llu,\"lost\":%llu,"
-				    "\"agg_deliveries_per_s\":%.0f,\"mb_per_s\":%.3f,\"worst_sub_p99_ns\":%llu}\n",
-				shape, cls_name(o->cls), size, o->subs, (unsigned long long)o->count,
+				    "\"sub_procs\":%d,\"busy_threads\":%d,\"clock\":\"%s\","
+				    "\"stamp_every\":%u,\"sent\":%llu,\"pub_msgs_per_s\":%.0f,"
+				    "\"delivered\":%llu,\"lost\":%llu,\"agg_deliveries_per_s\":%.0f,"
+				    "\"mb_per_s\":%.3f,\"worst_sub_p99_ns\":%llu}\n",
+				shape, cls_name(o->cls), size, o->subs, o->sub_procs, busy,
+				vbb_clock_source(), o->stamp_every, (unsigned long long)o->count,
 				(double)o->count / ((double)(t1 - t0) / 1e9), (unsigned long long)got,
 				(unsigned long long)lost, agg,
 				maxns ? (double)bytes / ((double)maxns / 1e9) / 1e6 : 0.0,
 				(unsigned long long)worst_p99);
 		vb_pub_destroy(pub);
 		end_close(&e);
-		free(buf);
+		free(plain);
+		free(stamped);
 		close(pfd[0]);
 		close(pfd[1]);
 		close(rfd[0]);
@@ -517,6 +661,7 @@ int vb_bench_bw(int argc, char **argv)
 	if (o.json && !(jf = fopen(o.json, "a")))
 		return 1;
 	o.subs = 1;
+	o.sub_procs = 1;
 	rc = run_stream(&o, "bw", jf);
 	if (jf)
 		fclose(jf);

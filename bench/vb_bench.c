@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * vb_bench — verbus benchmark driver. One binary, subcommands:
- *   smoke [--device NAME]   raw-verbs RC exchange on the device (chain check)
+ * vb_bench — verbus benchmark driver. One binary, subcommands (usage()
+ * lists them; each lives in bench/bench_<name>.c). Installed with the
+ * library (`cmake --install`): a tool users run, like perftest's binaries.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,17 +15,38 @@
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: vb_bench <subcommand> [options]\n"
-		   "  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
-		   "  mempool [--no-device] [--json FILE]   registered slab pool vs malloc and per-message ibv_reg_mr\n"
-		   "  lifecycle [--device NAME] [--qps N] [--json FILE]   QP bring-up/teardown: cold vs pool vs recycled\n"
-		   "  lat    [--class ordered|fanout] [--size N,...] [--count N] [--rate R]   ping-pong\n"
-		   "  bw     [--class ordered|fanout] [--size N,...] [--count N]   one-way throughput\n"
-		   "  fanout [--class fanout|ordered] [--size N,...] [--count N] [--subs N]\n"
-		   "         (lat/bw/fanout: --ip ADDR of the device, default 10.77.0.1; --json FILE)\n"
-		   "  failover [--faults N] [--ip A] [--standby-ip B | --one-device] [--json FILE]\n"
-		   "         fault -> first delivery over the standby vs a fresh RC connection\n"
-		   "environment: VERBUS_DEVICE (default device)\n");
+	fprintf(f,
+		"usage: vb_bench <subcommand> [options]\n"
+		"verbus benchmarks on one RDMA device (bench/compare.sh runs them beside perftest\n"
+		"and ucx_perftest). Times come from the TSC calibrated once against\n"
+		"CLOCK_MONOTONIC; no system clock is read per message.\n"
+		"\n"
+		"  smoke [--device NAME]   RC exchange on raw verbs; prints what it did\n"
+		"  mempool [--no-device] [--json FILE]\n"
+		"         registered slab pool vs malloc and per-message ibv_reg_mr\n"
+		"  lifecycle [--device NAME] [--qps N] [--json FILE]\n"
+		"         QP bring-up/teardown: cold vs pool vs recycled\n"
+		"  lat    [--class ordered|fanout] [--size N,...] [--count N] [--rate R] [--max-secs S]\n"
+		"         ping-pong between two processes (2 busy threads); one-way = RTT/2 of\n"
+		"         every round trip: p50 p90 p99 p99.9 max, share of samples above 1 ms\n"
+		"         (tick mode), p50 of the samples at or below 1 ms (fast-mode p50).\n"
+		"         --max-secs: stop a size after S s of measuring (fewer samples)\n"
+		"  bw     [--class ordered|fanout] [--size N,...] [--count N] [--stamp-every N]\n"
+		"         one publisher -> one subscriber process (3 busy threads): msg/s and\n"
+		"         MB/s at the receiver, first delivery to last stamped one\n"
+		"  fanout [--class fanout|ordered] [--size N,...] [--count N] [--subs N]\n"
+		"         [--sub-procs P] [--stamp-every N]\n"
+		"         one publisher -> N subscribers in P processes (default P = N; P = 1:\n"
+		"         N nodes on one context, one progress thread): aggregate deliveries/s,\n"
+		"         worst subscriber's delivery p99; 2 + P busy threads\n"
+		"         (lat/bw/fanout: --ip ADDR of the device, default 10.77.0.1 or\n"
+		"          VERBUS_TEST_IP; --json FILE appends one JSON line per size;\n"
+		"          --stamp-every N: every Nth message carries its publish time, 64)\n"
+		"  failover [--faults N] [--ip A] [--standby-ip B | --one-device] [--json FILE]\n"
+		"         fault -> first delivery over the standby vs a fresh RC connection\n"
+		"  -h, --help   this text\n"
+		"environment: VERBUS_DEVICE (default device), VERBUS_* (library settings,\n"
+		"see verbus.h)\n");
 	return f == stderr ? 2 : 0;
 }
 
