@@ -74,7 +74,7 @@ static void test_half_open_flood(void **state)
 	vb_sub_t *sub;
 	vb_pub_t *pub;
 	size_t base_use, use, budget;
-	uint64_t base_lanes, lanes, dropped, t0;
+	uint64_t base_lanes, lanes, dropped = 0, t0;
 	unsigned connected = 0;
 
 	(void)state;
