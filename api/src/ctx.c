@@ -1145,6 +1145,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->events_dropped = atomic_load(&ctx->st.events_dropped);
 	st->peers_reaped = atomic_load(&ctx->st.peers_reaped);
 	st->pending_dropped = atomic_load(&ctx->st.pending_dropped);
+	st->refused = atomic_load(&ctx->st.refused);
 	st->slow_cuts = atomic_load(&ctx->st.slow_cuts);
 	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
 	st->streams_ended = atomic_load(&ctx->st.streams_ended);

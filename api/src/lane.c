@@ -871,6 +871,25 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 
 /* A HELLO we cannot use: counted; @fatal ones (impossible geometry, an
  * unknown peer) also close the connection, the others are dropped. */
+void vbi_lane_refuse(struct vbi_lane *l, const char *why)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_REFUSE_MAX];
+	uint32_t n = (uint32_t)strnlen(why, VBI_REFUSE_MAX);
+	struct vbi_wire_hdr h = { .type = VBI_WT_BYE, .len = n };
+
+	vbi_wire_put(buf, &h);
+	memcpy(buf + VBI_WIRE_HDR_LEN, why, n);
+	pthread_mutex_lock(l->lk);
+	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN + n))
+		vbi_info("refusal not sent: %s", vbi_errmsg());
+	pthread_mutex_unlock(l->lk);
+	atomic_fetch_add(&ctx->st.refused, 1);
+	vbi_event(ctx, VB_EV_PROTOCOL, "", "connection refused: %s", why);
+	/* dropped once the BYE has left (vbi_node_pending_expire), bounded */
+	l->refused_ns = vbi_mono_ns();
+}
+
 static void hello_bad(struct vbi_lane *l, const char *why, bool fatal)
 {
 	struct vb_ctx *ctx = l->node->ctx;
@@ -983,10 +1002,13 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 				return;
 			}
 			if (!vbi_ctx_take_peer(ctx)) {
-				vbi_warn("refusing a connection: max_peers (%u) reached",
-					 ctx->attr.max_peers);
+				char why[96];
+
+				snprintf(why, sizeof(why), "max_peers (%u) reached at node '%s'",
+					 ctx->attr.max_peers, node->name);
+				vbi_warn("refusing a connection: %s", why);
 				vbi_peer_free(p);
-				hello_bad(l, "max_peers reached", true);
+				vbi_lane_refuse(l, why);
 				return;
 			}
 			p->uid = uid;

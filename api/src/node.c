@@ -378,6 +378,25 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			vbi_lane_on_hello(l, &h, pl);
 			continue;
 		}
+		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
+		    !atomic_load(&l->hello_rcvd)) {
+			/* our connection refused by the node we connect to, with its
+			 * reason (a refusal is a BYE instead of its HELLO) */
+			char why[VBI_REFUSE_MAX + 1];
+			uint32_t n = h.len < VBI_REFUSE_MAX ? h.len : VBI_REFUSE_MAX;
+
+			memcpy(why, pl, n);
+			why[n] = '\0';
+			for (uint32_t i = 0; i < n; i++)
+				if (why[i] < 0x20 || why[i] > 0x7e)
+					why[i] = '?';
+			pthread_mutex_lock(&p->txlock);
+			snprintf(p->refused, sizeof(p->refused), "%s", n ? why : "no reason given");
+			pthread_mutex_unlock(&p->txlock);
+			p->remote_closed = true;
+			vbi_peer_failed(p, "refused by the peer");
+			return;
+		}
 		if (!p || !atomic_load(&l->hello_rcvd)) {
 			atomic_fetch_add(&ctx->st.malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h.type);
@@ -739,7 +758,7 @@ static void pending_cap(struct vb_node *node)
 	unsigned n = 0;
 
 	for (struct vbi_lane *l = node->pending; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
+		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd) && !l->refused_ns) {
 			n++;
 			oldest = l;
 		}
@@ -757,14 +776,26 @@ void vbi_node_pending_expire(struct vb_node *node)
 	uint64_t now = vbi_mono_ns(), limit = (uint64_t)ctx->attr.cm_timeout_ms * 1000000ull;
 
 	pthread_rwlock_rdlock(&node->lock);
-	for (struct vbi_lane *l = node->pending; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->in_setup) && l->accepted_ns &&
-		    now - l->accepted_ns > limit) {
+	for (struct vbi_lane *l = node->pending; l; l = l->next) {
+		if (atomic_load(&l->dead) || atomic_load(&l->in_setup))
+			continue;
+		if (l->refused_ns) { /* its BYE went (or 1 s passed): close it */
+			uint32_t out;
+
+			pthread_mutex_lock(l->lk);
+			out = l->sr.outstanding;
+			pthread_mutex_unlock(l->lk);
+			if (!out || now - l->refused_ns > 1000000000ull)
+				vbi_lane_retire(l);
+			continue;
+		}
+		if (l->accepted_ns && now - l->accepted_ns > limit) {
 			atomic_fetch_add(&ctx->st.pending_dropped, 1);
 			vbi_warn("node '%s': a connection sent no HELLO within %d ms: dropped (QP %u)",
 				 node->name, ctx->attr.cm_timeout_ms, l->qp->qpn);
 			vbi_lane_retire(l);
 		}
+	}
 	pthread_rwlock_unlock(&node->lock);
 }
 
@@ -1033,7 +1064,16 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
 		if (atomic_load(&l->dead) || p->dead) {
-			rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake", where);
+			char why[sizeof(p->refused)];
+
+			pthread_mutex_lock(&p->txlock);
+			snprintf(why, sizeof(why), "%s", p->refused);
+			pthread_mutex_unlock(&p->txlock);
+			if (why[0])
+				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: %s", where, why);
+			else
+				rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake",
+					     where);
 			goto err_linked;
 		}
 		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms) {

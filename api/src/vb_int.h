@@ -53,6 +53,7 @@
 
 #define VBI_TOPIC_MAX 63
 #define VBI_NAME_MAX 32
+#define VBI_REFUSE_MAX 128 /* bytes of reason a refusal (BYE before HELLO) carries */
 #define VBI_HELLO_VERSION 3 /* 2: lanes (node uid, lane id, role, standby address);
 			     * 3: + lane mode, UC/UD listener ports (degradation) */
 #define VBI_RTO_MS_DEFAULT 100 /* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
@@ -282,6 +283,7 @@ struct vbi_lane {
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
 	uint64_t accepted_ns;    /* accepted, waiting for the HELLO (node->pending) */
+	uint64_t refused_ns;     /* refused (vbi_lane_refuse): dropped after its BYE */
 	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
 				  * posted, no send ring (vbi_lane_commit) */
 	uint64_t rx_count;       /* receives (progress context): test loss injection */
@@ -320,6 +322,7 @@ struct vbi_peer {
 	 * (txlock; the maintenance thread reads them for the dead-peer rule) */
 	bool fail_watch;
 	uint64_t rx_ms_at_fail;
+	char refused[VBI_REFUSE_MAX + 1]; /* connector: the node refused us, why (txlock) */
 	unsigned warm_failures;  /* connector: consecutive lane-building failures
 				  * (maintenance thread only) */
 	uint64_t warm_after_ns;  /* ... next attempt not before */
@@ -509,7 +512,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
-		atomic_uint_fast64_t peers_reaped, pending_dropped;
+		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
 	} st;
@@ -598,6 +601,10 @@ void vbi_lane_retire(struct vbi_lane *l);
 void vbi_lane_destroy_now(struct vbi_lane *l);
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
+/* Refuse the connection on accepted lane @l (its HELLO was valid but we
+ * cannot take it): a BYE carrying @why instead of our HELLO, then it is
+ * dropped. node->lock held for writing; the lane's memory is committed. */
+void vbi_lane_refuse(struct vbi_lane *l, const char *why);
 void vbi_lane_on_switch(struct vbi_lane *l);
 void vbi_peer_handle_failures(struct vb_ctx *ctx);
 void vbi_peer_pev_flush(struct vbi_peer *p);

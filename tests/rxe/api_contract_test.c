@@ -10,11 +10,14 @@
  *    on_event the application creates a subscriber and a publisher,
  *    publishes, reads stats and destroys what it created, and a blocking
  *    call (connect, wait_acked) says -EDEADLK instead of hanging;
+ *  - a connection refused (max_peers reached) is -ECONNREFUSED with the
+ *    refusing node's reason, and the slot comes back when a peer goes;
  *  - max_peers is supported up to what it accepts: 70 subscribers (more
  *    than the 64 some paths stopped at) all get every ORDERED and FANOUT
  *    message.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -289,6 +292,55 @@ static void test_callbacks_hold_no_lock(void **state)
 	assert_int_equal(vb_ctx_destroy(cb.ctx), 0);
 }
 
+/* ---- a refusal says why ------------------------------------------------------------------ */
+
+static void test_refused_with_reason(void **state)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_ctx_t *lctx, *cctx;
+	vb_node_t *lnode, *c1, *c2;
+	vb_stats_t st;
+	uint64_t t0;
+	int rc;
+
+	(void)state;
+	small_ctx_attr(&ca);
+	ca.max_peers = 1;
+	assert_int_equal(vb_ctx_create(&ca, &lctx), 0);
+	small_ctx_attr(&ca);
+	assert_int_equal(vb_ctx_create(&ca, &cctx), 0);
+	vb_node_attr_init(&na);
+	na.name = "full-node";
+	na.listen_ip = vbt_test_ip();
+	assert_int_equal(vb_node_create(lctx, &na, &lnode), 0);
+	vb_node_attr_init(&na);
+	na.name = "first";
+	assert_int_equal(vb_node_create(cctx, &na, &c1), 0);
+	na.name = "second";
+	assert_int_equal(vb_node_create(cctx, &na, &c2), 0);
+	assert_int_equal(vb_node_connect(c1, vbt_test_ip(), vb_node_port(lnode)), 0);
+	t0 = vbt_now_ms();
+	rc = vb_node_connect(c2, vbt_test_ip(), vb_node_port(lnode));
+	printf("second connection to a node with max_peers 1: %d (%s) after %" PRIu64 " ms: %s\n",
+	       rc, vb_strerror(rc), vbt_now_ms() - t0, vb_errmsg());
+	assert_int_equal(rc, -ECONNREFUSED);
+	assert_non_null(strstr(vb_errmsg(), "max_peers (1) reached at node 'full-node'"));
+	vb_ctx_stats(lctx, &st);
+	assert_int_equal(st.refused, 1);
+	/* the first one is untouched; once it is gone the slot is free again */
+	assert_int_equal(vb_node_peers(c1), 1);
+	assert_int_equal(vb_node_destroy(c1), 0);
+	for (t0 = vbt_now_ms(); (rc = vb_node_connect(c2, vbt_test_ip(), vb_node_port(lnode)));
+	     usleep(100000))
+		if (vbt_now_ms() - t0 > 20000)
+			fail_msg("the freed slot was not given back: %s", vb_errmsg());
+	assert_int_equal(vb_node_destroy(c2), 0);
+	assert_int_equal(vb_node_destroy(lnode), 0);
+	assert_int_equal(vb_ctx_destroy(cctx), 0);
+	assert_int_equal(vb_ctx_destroy(lctx), 0);
+}
+
 /* ---- more than 64 peers ---------------------------------------------------------------------- */
 
 #define NSUBS 70
@@ -412,6 +464,7 @@ int main(void)
 		cmocka_unit_test(test_failed_creates),
 		cmocka_unit_test(test_claim_on_other_publisher),
 		cmocka_unit_test(test_callbacks_hold_no_lock),
+		cmocka_unit_test(test_refused_with_reason),
 		cmocka_unit_test(test_more_than_64_peers),
 	};
 

@@ -347,6 +347,8 @@ typedef struct vb_stats {
 	uint64_t pending_dropped;    /* accepted connections dropped before a valid
 				      * HELLO: none within cm_timeout_ms, or past
 				      * max_pending (vb_ctx_attr_t) */
+	uint64_t refused;            /* connections refused (max_peers reached),
+				      * the reason sent to the connecting side */
 } vb_stats_t;
 
 /**
@@ -390,8 +392,10 @@ VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
  * vb_node_connect() - connect to the node listening at @ip:@port and wait
  * (bounded by cm_timeout_ms) for the handshake. Subscriptions and
  * publishers on both sides are matched up automatically, now and later.
- * Returns 0; -ETIMEDOUT; -ECONNREFUSED; -EHOSTUNREACH; -ENOSPC (max_peers
- * reached); -EDEADLK (called from a callback); other negative errno.
+ * Returns 0; -ETIMEDOUT; -ECONNREFUSED (no node listens there, or it
+ * refused us: vb_errmsg() gives its reason, e.g. its max_peers reached);
+ * -EHOSTUNREACH; -ENOSPC (our max_peers reached); -EDEADLK (called from a
+ * callback); other negative errno.
  */
 VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
 
