@@ -161,6 +161,11 @@ typedef enum vb_event_type {
 				  * (peer: the subscriber's node; detail: topic,
 				  * how long, messages and bytes unacknowledged).
 				  * Its retention is freed; it is told (on_end) */
+	VB_EV_AUTH_REFUSED = 11, /* a connection was refused by peer
+				  * authentication (vb_ctx_attr_t.auth_key): the
+				  * peer has no key, a different one, or failed
+				  * the challenge (detail: which). Either end
+				  * reports it; counted in vb_stats_t.auth_refused */
 } vb_event_type_t;
 
 typedef struct vb_event {
@@ -226,6 +231,21 @@ typedef struct vb_ctx_attr {
 				 * found by the send's failure even when no
 				 * traffic flows our way; 0 = off. 100
 				 * [VERBUS_KEEPALIVE_MS] */
+	/* Peer authentication (optional; appended). With a key, every
+	 * connection's handshake is a challenge-response MAC (HMAC-SHA512-256,
+	 * libsodium crypto_auth) over a fresh nonce of each side: a peer that
+	 * cannot prove the same key is refused before anything it sends is
+	 * acted on (docs/wire.md, "Authentication"). Both ends must have the
+	 * same key, or neither: a keyed node refuses an unkeyed peer and an
+	 * unkeyed node a keyed one. It authenticates peers; it does not
+	 * encrypt or sign the frames that follow. The key is copied at
+	 * vb_ctx_create(); the caller may wipe its copy then. */
+	const void *auth_key;   /* key bytes (16..256), NULL = none; the
+				 * environment's VERBUS_AUTH_KEY (hex) when set */
+	size_t auth_key_len;
+	const char *auth_key_file; /* or: a file holding the key in hex
+				 * (whitespace ignored), read at vb_ctx_create;
+				 * used when auth_key is NULL [VERBUS_AUTH_KEY_FILE] */
 } vb_ctx_attr_t;
 
 /**
@@ -337,6 +357,10 @@ typedef struct vb_stats {
 	uint64_t retain_full;        /* -EAGAIN because the publisher's retained
 				      * bytes reached retain_bytes (also counted
 				      * in backpressure) */
+	/* peer authentication (vb_ctx_attr_t.auth_key; appended) */
+	uint64_t auth_refused;       /* connections refused by authentication
+				      * (either end: no key, another key, a
+				      * failed or replayed proof; VB_EV_AUTH_REFUSED) */
 } vb_stats_t;
 
 /**
@@ -380,8 +404,10 @@ VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
  * vb_node_connect() - connect to the node listening at @ip:@port and wait
  * (bounded by cm_timeout_ms) for the handshake. Subscriptions and
  * publishers on both sides are matched up automatically, now and later.
- * Returns 0; -ETIMEDOUT; -ECONNREFUSED; -EHOSTUNREACH; -ENOSPC (max_peers
- * reached); -EDEADLK (called from a callback); other negative errno.
+ * Returns 0; -ETIMEDOUT; -ECONNREFUSED (no listener, or the peer refused
+ * us, or we refused it, in peer authentication: vb_errmsg() says which:
+ * "authentication: ..."); -EHOSTUNREACH; -ENOSPC (max_peers reached);
+ * -EDEADLK (called from a callback); other negative errno.
  */
 VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
 
