@@ -928,6 +928,11 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	if (!ctx)
 		return vbi_err(-ENOMEM, "context");
 	ctx->attr = *attr;
+	if ((rc = vbi_auth_ctx_init(ctx))) { /* before anything that needs undoing */
+		vbi_auth_ctx_fini(ctx);
+		free(ctx);
+		return rc;
+	}
 	ctx->batch_ns = (uint64_t)attr->batch_us * 1000;
 	(void)vbi_now_ns(); /* calibrate the hot-path clock now, not on a publish */
 	ctx->ops = &vbt_verbs_ops;
@@ -1095,6 +1100,7 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 	pthread_mutex_destroy(&ctx->ud_addr_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	vbi_cb_fini(ctx);
+	vbi_auth_ctx_fini(ctx);
 	free(ctx);
 	return 0;
 }
@@ -1133,6 +1139,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
 	st->streams_ended = atomic_load(&ctx->st.streams_ended);
 	st->retain_full = atomic_load(&ctx->st.retain_full);
+	st->auth_refused = atomic_load(&ctx->st.auth_refused);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

@@ -381,8 +381,8 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 {
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
-	uint8_t buf[VBI_WIRE_HDR_LEN + HELLO_LEN];
-	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = HELLO_LEN };
+	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_HELLO_LEN_AUTH];
+	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = VBI_HELLO_LEN_AUTH };
 	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
 	int rc;
 
@@ -397,7 +397,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	if (atomic_exchange(&l->hello_claim, true))
 		return; /* sent already */
 	vbi_wire_put(buf, &h);
-	memset(pl, 0, HELLO_LEN);
+	memset(pl, 0, VBI_HELLO_LEN_AUTH);
 	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
 	{
 		struct vbt_peer ud;
@@ -418,6 +418,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	put32(pl + HELLO_MODE, l->mode);
 	put32(pl + HELLO_UC_PORT, atomic_load(&node->lport[2]));
 	put32(pl + HELLO_UD_PORT, atomic_load(&node->lport[3]));
+	vbi_hello_auth_put(l, pl); /* authentication section (auth.c) */
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
 	atomic_store(&l->hello_sent, rc == 0);
@@ -925,6 +926,9 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		hello_bad(l, "HELLO announces another mode than the connection's", true);
 		return;
 	}
+	/* peer authentication first: nothing is bound or created before it */
+	if (vbi_hello_auth_check(l, h, pl, slots) != VBI_HELLO_AUTH_GO)
+		return;
 	if (!p) {
 		/* An accepted connection: a new peer, or a lane of a known one. */
 		if (role == VBI_LANE_PRIMARY) {
@@ -952,6 +956,10 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 				return;
 			}
 		}
+		if (!vbi_rule_new_lane(l, p, get32(pl + HELLO_LANE), role))
+			return;
+		if (get32(pl + HELLO_LANE) > p->max_lane_id)
+			p->max_lane_id = get32(pl + HELLO_LANE);
 		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
 			if (*q == l) {
 				*q = l->next;

@@ -50,6 +50,7 @@
 #include "core/stream.h"
 #include "core/wire.h"
 #include "transport/transport.h"
+#include "api/src/auth.h"
 
 #define VBI_TOPIC_MAX 63
 #define VBI_NAME_MAX 32
@@ -282,6 +283,7 @@ struct vbi_lane {
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
 	uint64_t rx_count;       /* receives (progress context): test loss injection */
+	struct vbi_lane_auth auth; /* handshake authentication (auth.c) */
 };
 
 /* A path event recorded under txlock, reported after it is dropped. */
@@ -355,6 +357,10 @@ struct vbi_peer {
 	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) (FANOUT) */
 	struct vbt_ah *ah;       /* towards its UD QP */
 	struct vbi_rsub *rsubs;  /* its subscriptions (node->lock) */
+
+	/* protocol rules (auth.c; progress context) */
+	uint32_t max_lane_id;    /* accepting side: highest lane number it announced */
+	uint32_t lane_epoch_rx;  /* highest epoch of its LANE frames (they only grow) */
 };
 
 struct vb_pub {
@@ -509,10 +515,13 @@ struct vb_ctx {
 		atomic_uint_fast64_t peers_reaped;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
+		atomic_uint_fast64_t auth_refused;
 	} st;
 	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
 	uint64_t reap_ns;          /* progress: last dev_reap try */
+	uint8_t auth_key[VBI_AUTH_KEY_MAX]; /* peer authentication (auth.c) */
+	size_t auth_key_len;       /* 0: no key */
 };
 
 /* ctx.c */

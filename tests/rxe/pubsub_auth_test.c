@@ -528,7 +528,13 @@ static int real_publisher(uint16_t port, const uint8_t *key, uint64_t n)
 	vb_node_attr_init(&na);
 	na.name = "real-publisher";
 	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
-	assert_int_equal(vb_pub_create(node, T_ORDERED, VB_ORDERED, NULL, &ord), 0);
+	{
+		vb_pub_attr_t pa;
+
+		vb_pub_attr_init(&pa);
+		pa.ack_quorum = 1;
+		assert_int_equal(vb_pub_create(node, T_ORDERED, VB_ORDERED, &pa, &ord), 0);
+	}
 	rc = vb_node_connect(node, vbt_test_ip(), port);
 	printf("  real publisher (%s): vb_node_connect = %d%s%s\n",
 	       !key ? "no key" : key == KEY ? "the key" : "a wrong key", rc, rc ? ": " : "",
@@ -694,6 +700,13 @@ static void test_auth(void **state)
 	assert_int_equal(ld(&sh->up), 0);
 
 	/* 2. a raw client with the key answers the challenge: let in */
+	{
+		int st = 0;
+		pid_t w = waitpid(child, &st, WNOHANG);
+
+		if (w)
+			fail_msg("the victim is gone: status %#x", st);
+	}
 	raw_connect(&r, &k, port);
 	randombytes_buf(nonce, sizeof(nonce));
 	hello(hbuf, uid + 1, 1, 0, nonce);
