@@ -40,7 +40,10 @@ enum vbi_wire_type {
 	VBI_WT_END = 11,      /* the publisher cut our ORDERED stream (session,
 			       * topic): seq = last message it sent us,
 			       * frag_off = reason (1: slow subscriber) */
-	VBI_WT__MAX = 11,
+	VBI_WT_AUTH = 12,     /* peer authentication in the handshake:
+			       * frag_off = op (0 proof, 1 answer, 2 refusal,
+			       * seq = reason); docs/wire.md */
+	VBI_WT__MAX = 12,
 };
 
 enum vbi_wire_flags {

@@ -10,6 +10,8 @@ PKGS=(
   build-essential cmake pkg-config git
   # libraries verbus links against
   libibverbs-dev librdmacm-dev liburcu-dev libjemalloc-dev
+  # peer authentication (HMAC-SHA512-256, nonces: README "Dependencies")
+  libsodium-dev
   # tests
   libcmocka-dev
   # RDMA user space: providers (rxe), tools used by tests (rdma res show)

@@ -284,8 +284,23 @@ void vbi_progress_or_nap(struct vb_ctx *ctx)
 
 /* ---- send rings ------------------------------------------------------------------ */
 
+int vbi_sring_add_bufs(struct vb_ctx *ctx, struct vbi_sring *sr)
+{
+	for (uint32_t i = 0; i < sr->n; i++) {
+		struct vbi_sctx *s = &sr->ctx[i];
+		int rc;
+
+		if (s->buf.addr)
+			continue;
+		rc = vbi_mempool_alloc(sr->pool, ctx->attr.slot_size, &s->buf);
+		if (rc)
+			return vbi_err_prefix(rc, "send ring buffers");
+	}
+	return 0;
+}
+
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
-		   uint32_t n, uint8_t kind, struct vbi_lane *lane, bool batch_bufs)
+		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs)
 {
 	int rc;
 
@@ -305,7 +320,7 @@ int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_srin
 		s->lane = lane;
 		s->hdr = (uint8_t *)sr->hdr_area.addr + (size_t)i * 64;
 		s->hdr_lkey = sr->hdr_area.lkey;
-		if (batch_bufs) {
+		if (i < nbufs) {
 			rc = vbi_mempool_alloc(pool, ctx->attr.slot_size, &s->buf);
 			if (rc)
 				goto err;
@@ -464,7 +479,7 @@ static int ud_open(struct vb_ctx *ctx)
 	ctx->ud_local = local;
 	pthread_mutex_unlock(&ctx->ud_addr_lock);
 	rc = vbi_sring_init(ctx, dr->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
-			    VBI_WR_UD_SEND, NULL, false);
+			    VBI_WR_UD_SEND, NULL, 0);
 	if (rc)
 		return rc;
 	ctx->ud_nslots = ctx->ud_qp->cap.max_recv_wr;
@@ -943,6 +958,11 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 	if (!ctx)
 		return vbi_err(-ENOMEM, "context");
 	ctx->attr = *attr;
+	if ((rc = vbi_auth_ctx_init(ctx))) { /* before anything that needs undoing */
+		vbi_auth_ctx_fini(ctx);
+		free(ctx);
+		return rc;
+	}
 	ctx->batch_ns = (uint64_t)attr->batch_us * 1000;
 	(void)vbi_now_ns(); /* calibrate the hot-path clock now, not on a publish */
 	ctx->ops = &vbt_verbs_ops;
@@ -1110,6 +1130,7 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 	pthread_mutex_destroy(&ctx->ud_addr_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	vbi_cb_fini(ctx);
+	vbi_auth_ctx_fini(ctx);
 	free(ctx);
 	return 0;
 }
@@ -1150,6 +1171,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
 	st->streams_ended = atomic_load(&ctx->st.streams_ended);
 	st->retain_full = atomic_load(&ctx->st.retain_full);
+	st->auth_refused = atomic_load(&ctx->st.auth_refused);
 	st->acks_sent = atomic_load(&ctx->st.acks_sent);
 	st->acks_received = atomic_load(&ctx->st.acks_received);
 	st->failovers = atomic_load(&ctx->st.failovers);

@@ -145,8 +145,7 @@ int vbi_lane_commit(struct vbi_lane *l)
 
 	if (!l->lean)
 		return 0;
-	rc = vbi_sring_init(ctx, l->dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l,
-			    true);
+	rc = vbi_sring_add_bufs(ctx, &l->sr);
 	if (!rc)
 		rc = lane_fill(l, VBI_LEAN_SLOTS);
 	if (rc)
@@ -212,18 +211,25 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	l->remote_slots = 1;
 	if (lean && l->nslots > VBI_LEAN_SLOTS) {
 		/* An accepted connection, before a valid HELLO: the peer may send
-		 * only its HELLO yet (one credit), so a few slots and no send
-		 * ring; vbi_lane_commit() adds the rest once the HELLO is valid.
-		 * A connection that never sends one pins VBI_LEAN_SLOTS slots. */
+		 * only its HELLO yet (one credit; with authentication, its answer
+		 * too), so a few receive slots and send buffers;
+		 * vbi_lane_commit() adds the rest once the HELLO (and the proof
+		 * of the key) is valid. A connection that never sends one pins
+		 * VBI_LEAN_SLOTS of each. */
 		uint32_t all = l->nslots;
 
 		l->lean = true;
 		l->nslots = VBI_LEAN_SLOTS;
-		rc = lane_fill(l, 0);
+		/* the send ring, with buffers for what goes before the commit
+		 * (an authentication proof, a refusal) */
+		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
+				    l, VBI_LEAN_SLOTS);
+		if (!rc)
+			rc = lane_fill(l, 0);
 		l->nslots = all;
 	} else {
 		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
-				    l, true);
+				    l, l->qp->cap.max_send_wr);
 		if (!rc)
 			rc = lane_fill(l, 0);
 	}
@@ -374,6 +380,10 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 	if (vbi_lane_credits(l) < 1 || l->sr.outstanding >= l->sr.n)
 		return -EAGAIN;
 	s = vbi_sring_take(&l->sr);
+	if (!s->buf.addr) { /* a lean lane past its VBI_LEAN_SLOTS sends */
+		vbi_sring_untake(&l->sr);
+		return vbi_err(-EAGAIN, "no send buffer before the connection is committed");
+	}
 	memcpy(s->buf.addr, frames, len);
 	rc = vbi_lane_post(l, s, len, true);
 	if (rc)
@@ -424,8 +434,8 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 {
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
-	uint8_t buf[VBI_WIRE_HDR_LEN + HELLO_LEN];
-	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = HELLO_LEN };
+	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_HELLO_LEN_AUTH];
+	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = VBI_HELLO_LEN_AUTH };
 	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
 	int rc;
 
@@ -440,7 +450,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	if (atomic_exchange(&l->hello_claim, true))
 		return; /* sent already */
 	vbi_wire_put(buf, &h);
-	memset(pl, 0, HELLO_LEN);
+	memset(pl, 0, VBI_HELLO_LEN_AUTH);
 	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
 	{
 		struct vbt_peer ud;
@@ -461,6 +471,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	put32(pl + HELLO_MODE, l->mode);
 	put32(pl + HELLO_UC_PORT, atomic_load(&node->lport[2]));
 	put32(pl + HELLO_UD_PORT, atomic_load(&node->lport[3]));
+	vbi_hello_auth_put(l, pl); /* authentication section (auth.c) */
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
 	atomic_store(&l->hello_sent, rc == 0);
@@ -987,6 +998,9 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		hello_bad(l, "HELLO announces another mode than the connection's", true);
 		return;
 	}
+	/* peer authentication first: nothing is bound or created before it */
+	if (vbi_hello_auth_check(l, h, pl, slots) != VBI_HELLO_AUTH_GO)
+		return;
 	if (!p && vbi_lane_commit(l)) {
 		/* a valid HELLO: now the connection gets its memory */
 		vbi_warn("refusing a connection: %s", vbi_errmsg());
@@ -1023,6 +1037,10 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 				return;
 			}
 		}
+		if (!vbi_rule_new_lane(l, p, get32(pl + HELLO_LANE), role))
+			return;
+		if (get32(pl + HELLO_LANE) > p->max_lane_id)
+			p->max_lane_id = get32(pl + HELLO_LANE);
 		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
 			if (*q == l) {
 				*q = l->next;

@@ -374,8 +374,13 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			return;
 		}
 		off += (uint32_t)r;
-		if (h.type == VBI_WT_HELLO) {
-			vbi_lane_on_hello(l, &h, pl);
+		if (h.type == VBI_WT_HELLO || h.type == VBI_WT_AUTH) {
+			if (h.type == VBI_WT_HELLO)
+				vbi_lane_on_hello(l, &h, pl);
+			else
+				vbi_hello_auth_on_frame(l, &h, pl);
+			if (vbi_hello_auth_refusal(l))
+				return; /* refused: nothing after it is looked at */
 			continue;
 		}
 		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
@@ -439,13 +444,9 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
 			break;
 		case VBI_WT_LANE:
-			if (h.seq > l->id && h.seq <= UINT32_MAX && !p->connector) {
-				/* a promoted probe lane, renumbered by the connector */
-				pthread_mutex_lock(&p->txlock);
-				__atomic_store_n(&l->id, (uint32_t)h.seq, __ATOMIC_RELAXED);
-				pthread_mutex_unlock(&p->txlock);
-			}
-			if (data_lane_ok(ctx, p, l))
+			/* lane number and epoch rules (auth.c); a promoted probe
+			 * lane is renumbered there */
+			if (vbi_rule_lane_frame(p, l, &h) && data_lane_ok(ctx, p, l))
 				vbi_lane_on_switch(l);
 			break;
 		case VBI_WT_NAK:
@@ -1069,7 +1070,10 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 			pthread_mutex_lock(&p->txlock);
 			snprintf(why, sizeof(why), "%s", p->refused);
 			pthread_mutex_unlock(&p->txlock);
-			if (why[0])
+			if (vbi_hello_auth_refusal(l))
+				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: authentication: %s",
+					     where, vbi_hello_auth_refusal(l));
+			else if (why[0])
 				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: %s", where, why);
 			else
 				rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake",

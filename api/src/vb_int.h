@@ -50,6 +50,7 @@
 #include "core/stream.h"
 #include "core/wire.h"
 #include "transport/transport.h"
+#include "api/src/auth.h"
 
 #define VBI_TOPIC_MAX 63
 #define VBI_NAME_MAX 32
@@ -287,6 +288,7 @@ struct vbi_lane {
 	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
 				  * posted, no send ring (vbi_lane_commit) */
 	uint64_t rx_count;       /* receives (progress context): test loss injection */
+	struct vbi_lane_auth auth; /* handshake authentication (auth.c) */
 };
 
 /* A path event recorded under txlock, reported after it is dropped. */
@@ -361,6 +363,10 @@ struct vbi_peer {
 	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) (FANOUT) */
 	struct vbt_ah *ah;       /* towards its UD QP */
 	struct vbi_rsub *rsubs;  /* its subscriptions (node->lock) */
+
+	/* protocol rules (auth.c; progress context) */
+	uint32_t max_lane_id;    /* accepting side: highest lane number it announced */
+	uint32_t lane_epoch_rx;  /* highest epoch of its LANE frames (they only grow) */
 };
 
 struct vb_pub {
@@ -515,10 +521,13 @@ struct vb_ctx {
 		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
+		atomic_uint_fast64_t auth_refused;
 	} st;
 	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
 	uint64_t reap_ns;          /* progress: last dev_reap try */
+	uint8_t auth_key[VBI_AUTH_KEY_MAX]; /* peer authentication (auth.c) */
+	size_t auth_key_len;       /* 0: no key */
 };
 
 /* ctx.c */
@@ -564,7 +573,10 @@ void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const
 	__attribute__((format(printf, 4, 5)));
 uint32_t vbi_topic_id(const char *name);
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
-		   uint32_t n, uint8_t kind, struct vbi_lane *lane, bool batch_bufs);
+		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs);
+/* Batch buffers (slot_size) for the entries among the first @nbufs of
+ * vbi_sring_init that have none yet: 0 or negative errno. */
+int vbi_sring_add_bufs(struct vb_ctx *ctx, struct vbi_sring *sr);
 void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
 /* Free receive slots' buffers (back to @pool) and the array; NULL-safe.
  * Nothing may still be posted from them. */

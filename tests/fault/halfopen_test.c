@@ -3,7 +3,7 @@
  * Half-open connections (issue "a node that runs for weeks", item 2): a
  * raw-verbs client completes 50 RDMA CM connections to a listening verbus
  * node and never sends a HELLO. The node must commit no more than a small
- * fixed budget for them (a QP and 2 receive slots each, at most
+ * fixed budget for them (a QP, 2 receive slots and 2 send buffers each, at most
  * max_pending of them: the oldest is dropped past that), let a real peer
  * connect and deliver during the flood, drop every half-open connection
  * after cm_timeout_ms, and be back at its baseline (registered memory in
@@ -100,8 +100,10 @@ static void test_half_open_flood(void **state)
 		base_use = use;
 		base_lanes = lanes;
 	}
-	/* 2 receive slots each for max_pending of them, 4 being replaced, 1 MiB */
-	budget = (size_t)(ca.max_pending + 4) * 2 * ca.slot_size + (1u << 20);
+	/* each pending one: 2 receive slots, 2 send buffers and the send ring's
+	 * headers (64 bytes an entry); max_pending of them, 4 being replaced,
+	 * and 1 MiB */
+	budget = (size_t)(ca.max_pending + 4) * (4 * ca.slot_size + 64 * 1024) + (1u << 20);
 	printf("victim baseline: %zu bytes in use, %" PRIu64 " connections; budget for pending "
 	       "ones %zu bytes (max_pending %u)\n", base_use, base_lanes, budget, ca.max_pending);
 

@@ -161,6 +161,11 @@ typedef enum vb_event_type {
 				  * (peer: the subscriber's node; detail: topic,
 				  * how long, messages and bytes unacknowledged).
 				  * Its retention is freed; it is told (on_end) */
+	VB_EV_AUTH_REFUSED = 11, /* a connection was refused by peer
+				  * authentication (vb_ctx_attr_t.auth_key): the
+				  * peer has no key, a different one, or failed
+				  * the challenge (detail: which). Either end
+				  * reports it; counted in vb_stats_t.auth_refused */
 } vb_event_type_t;
 
 typedef struct vb_event {
@@ -227,12 +232,28 @@ typedef struct vb_ctx_attr {
 				 * traffic flows our way; 0 = off. 100
 				 * [VERBUS_KEEPALIVE_MS] */
 	/* Accepted connections whose HELLO has not arrived yet, per
-	 * listening node: each holds a QP and 2 receive slots (no more
-	 * memory is committed before a valid HELLO) for at most
+	 * listening node: each holds a QP, 2 receive slots and 2 send
+	 * buffers (no more memory is committed before a valid HELLO and, with
+	 * authentication, a valid proof of the key) for at most
 	 * cm_timeout_ms. When a new one would pass this cap the oldest is
 	 * dropped, so a flood of half-open connections cannot keep a real
 	 * peer out. 1..1024, 32 [VERBUS_MAX_PENDING] (appended) */
 	unsigned max_pending;
+	/* Peer authentication (optional; appended). With a key, every
+	 * connection's handshake is a challenge-response MAC (HMAC-SHA512-256,
+	 * libsodium crypto_auth) over a fresh nonce of each side: a peer that
+	 * cannot prove the same key is refused before anything it sends is
+	 * acted on (docs/wire.md, "Authentication"). Both ends must have the
+	 * same key, or neither: a keyed node refuses an unkeyed peer and an
+	 * unkeyed node a keyed one. It authenticates peers; it does not
+	 * encrypt or sign the frames that follow. The key is copied at
+	 * vb_ctx_create(); the caller may wipe its copy then. */
+	const void *auth_key;   /* key bytes (16..256), NULL = none; the
+				 * environment's VERBUS_AUTH_KEY (hex) when set */
+	size_t auth_key_len;
+	const char *auth_key_file; /* or: a file holding the key in hex
+				 * (whitespace ignored), read at vb_ctx_create;
+				 * used when auth_key is NULL [VERBUS_AUTH_KEY_FILE] */
 } vb_ctx_attr_t;
 
 /**
@@ -349,6 +370,10 @@ typedef struct vb_stats {
 				      * max_pending (vb_ctx_attr_t) */
 	uint64_t refused;            /* connections refused (max_peers reached),
 				      * the reason sent to the connecting side */
+	/* peer authentication (vb_ctx_attr_t.auth_key; appended) */
+	uint64_t auth_refused;       /* connections refused by authentication
+				      * (either end: no key, another key, a
+				      * failed or replayed proof; VB_EV_AUTH_REFUSED) */
 } vb_stats_t;
 
 /**
@@ -393,7 +418,8 @@ VB_EXPORT uint16_t vb_node_port(const vb_node_t *node);
  * (bounded by cm_timeout_ms) for the handshake. Subscriptions and
  * publishers on both sides are matched up automatically, now and later.
  * Returns 0; -ETIMEDOUT; -ECONNREFUSED (no node listens there, or it
- * refused us: vb_errmsg() gives its reason, e.g. its max_peers reached);
+ * refused us: vb_errmsg() gives its reason, e.g. its max_peers reached, or
+ * "authentication: ..." when peer authentication refused either end);
  * -EHOSTUNREACH; -ENOSPC (our max_peers reached); -EDEADLK (called from a
  * callback); other negative errno.
  */

@@ -1,0 +1,784 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Peer authentication and lane/epoch rules, against a raw-verbs client
+ * (issue 14 item 5).
+ *
+ * test_rules: an unkeyed victim node (ORDERED subscriber). A raw RC client
+ * sends a valid HELLO, then LANE frames that break the rules of
+ * docs/wire.md ("Rules"): an arbitrary lane number, one above 32 bits, an
+ * epoch that goes back; then a second and a third raw connection announce
+ * standby lanes of its node with numbers that are not newer / far beyond
+ * the ones it has. Each must be counted (malformed), reported
+ * (VB_EV_PROTOCOL) and not acted on: no lane renumbered, no
+ * LOC_QP_OP_ERR -> RESET_QP (err_by_action), and a real publisher then
+ * delivers every message once and in order.
+ *
+ * test_auth: a keyed victim (VERBUS auth_key). A raw client without the key
+ * sends a valid old-style HELLO and fabricated DATA: nothing is delivered,
+ * the connection is refused and counted (auth_refused). A raw client with
+ * the key answers the victim's challenge (HMAC-SHA512-256 over its nonce)
+ * and is let in; replaying that answer on a new connection is refused.
+ * A real publisher with a wrong key, and one with no key, are refused
+ * with the reason in vb_errmsg() (-ECONNREFUSED), counted at the victim;
+ * one with the right key connects and delivers exactly once, in order.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <sodium.h>
+
+#include <verbus/verbus.h>
+
+#include "core/wire.h"
+#include "tests/common/msgcheck.h"
+#include "tests/common/proc.h"
+#include "tests/common/rxe_env.h"
+#include "transport/transport.h"
+
+/* HELLO payload as api/src/lane.c lays it out (version 3, docs/wire.md). */
+enum {
+	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
+	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
+	HELLO_UID = 72, HELLO_LANE = 80, HELLO_ROLE = 84,
+	HELLO_MODE = 112, /* 0: RC, the mode of the raw connection */
+	HELLO_LEN = 124,
+	HELLO_AUTH = 124, HELLO_NONCE = 128, HELLO_LEN_AUTH = 160, /* authentication */
+};
+#define WT_AUTH 12 /* AUTH frame: frag_off 0 proof, 1 answer, 2 refusal (seq: reason) */
+
+#define T_ORDERED "good.ordered"
+#define ST_ORDERED 5u
+#define RAW_SLOTS 64u
+#define RAW_SLOT 4096u
+#define MAX_DETAILS 128
+#define RESET_QP_IDX 6 /* vb_stats_t.err_by_action[]: RESET_QP */
+
+static const uint8_t KEY[32] = "verbus-test-key-0123456789abcdef";
+static const uint8_t BADKEY[32] = "verbus-test-key-0123456789abcdeX";
+
+/* ---- shared with the victim (mapped before fork) -------------------------------- */
+
+struct shared {
+	uint64_t malformed, auth_refused, reset_qp, failovers;
+	uint64_t protocol, down, up, auth_ev;
+	char detail[MAX_DETAILS][160];
+	uint64_t n_good;
+	uint64_t ord_got, ord_err, ord_delivered;
+	int keyed;
+	int finish;
+};
+static struct shared *sh;
+static int port_pipe[2];
+static pid_t child = -1;
+
+static uint64_t ld(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static size_t ord_len(uint64_t i)
+{
+	return i % 100 == 42 ? vbt_msg_len(ST_ORDERED, i, 20000, 70000)
+			     : vbt_msg_len(ST_ORDERED, i, 1, 2048);
+}
+
+/* ---- the victim ------------------------------------------------------------------------ */
+
+static void on_event(const vb_event_t *ev, void *arg)
+{
+	if (ev->type == VB_EV_PROTOCOL || ev->type == VB_EV_AUTH_REFUSED) {
+		uint64_t n = __atomic_load_n(&sh->protocol, __ATOMIC_RELAXED);
+
+		snprintf(sh->detail[n % MAX_DETAILS], sizeof(sh->detail[0]), "%s%s",
+			 ev->type == VB_EV_AUTH_REFUSED ? "[auth] " : "", ev->detail);
+		if (ev->type == VB_EV_AUTH_REFUSED)
+			__atomic_fetch_add(&sh->auth_ev, 1, __ATOMIC_RELEASE);
+		else
+			__atomic_store_n(&sh->protocol, n + 1, __ATOMIC_RELEASE);
+		fprintf(stderr, "victim: event %d: %s\n", (int)ev->type, ev->detail);
+	} else if (ev->type == VB_EV_PEER_DOWN) {
+		__atomic_fetch_add(&sh->down, 1, __ATOMIC_RELEASE);
+	} else if (ev->type == VB_EV_PEER_UP) {
+		__atomic_fetch_add(&sh->up, 1, __ATOMIC_RELEASE);
+	}
+}
+
+static uint64_t ord_next = 1;
+static uint32_t ord_session;
+
+static void on_ordered(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	const char *why = "length";
+	uint64_t i = m->seq - 1;
+
+	if (ord_session && m->publisher != ord_session) {
+		if (__atomic_fetch_add(&sh->ord_err, 1, __ATOMIC_RELAXED) < 5)
+			fprintf(stderr, "victim: ORDERED from another session %08x\n", m->publisher);
+		return;
+	}
+	ord_session = m->publisher;
+	if (m->seq != ord_next || m->len != ord_len(i) ||
+	    vbt_msg_verify(m->data, m->len, ST_ORDERED, i, &why)) {
+		if (__atomic_fetch_add(&sh->ord_err, 1, __ATOMIC_RELAXED) < 5)
+			fprintf(stderr, "victim: ORDERED seq %" PRIu64 " (want %" PRIu64 ") len %zu "
+				"session %08x: %s\n", m->seq, ord_next, m->len, m->publisher,
+				m->seq != ord_next ? "out of order" : why);
+		ord_next = m->seq + 1;
+		return;
+	}
+	ord_next++;
+	__atomic_fetch_add(&sh->ord_got, 1, __ATOMIC_RELEASE);
+}
+
+static int victim(void *unused)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_sub_attr_t sa;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_sub_t *ord;
+	vb_sub_stats_t so;
+	vb_stats_t s;
+	uint16_t port;
+	uint64_t t0 = vbt_now_ms();
+
+	vb_ctx_attr_init(&ca);
+	ca.ip = vbt_test_ip();
+	ca.on_event = on_event;
+	ca.progress_spin = 200;
+	if (sh->keyed) {
+		ca.auth_key = KEY;
+		ca.auth_key_len = sizeof(KEY);
+	}
+	if (vb_ctx_create(&ca, &ctx)) {
+		fprintf(stderr, "victim: ctx: %s\n", vb_errmsg());
+		return 10;
+	}
+	vb_node_attr_init(&na);
+	na.name = "victim";
+	na.listen_ip = vbt_test_ip();
+	if (vb_node_create(ctx, &na, &node))
+		return 11;
+	vb_sub_attr_init(&sa);
+	sa.on_msg = on_ordered;
+	if (vb_sub_create(node, T_ORDERED, VB_ORDERED, &sa, &ord))
+		return 12;
+	port = vb_node_port(node);
+	if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port))
+		return 14;
+	while (!__atomic_load_n(&sh->finish, __ATOMIC_ACQUIRE) && vbt_now_ms() - t0 < 400000) {
+		vb_ctx_stats(ctx, &s);
+		__atomic_store_n(&sh->malformed, s.malformed, __ATOMIC_RELEASE);
+		__atomic_store_n(&sh->auth_refused, s.auth_refused, __ATOMIC_RELEASE);
+		__atomic_store_n(&sh->reset_qp, s.err_by_action[RESET_QP_IDX], __ATOMIC_RELEASE);
+		__atomic_store_n(&sh->failovers, s.failovers, __ATOMIC_RELEASE);
+		vb_sub_stats(ord, &so);
+		__atomic_store_n(&sh->ord_delivered, so.delivered, __ATOMIC_RELEASE);
+		usleep(2000);
+	}
+	vb_ctx_stats(ctx, &s);
+	printf("victim: malformed %" PRIu64 ", auth_refused %" PRIu64 ", RESET_QP %" PRIu64
+	       ", failovers %" PRIu64 ", peers up %" PRIu64 " down %" PRIu64 "\n", s.malformed,
+	       s.auth_refused, s.err_by_action[RESET_QP_IDX], s.failovers, ld(&sh->up),
+	       ld(&sh->down));
+	vb_sub_destroy(ord);
+	vb_node_destroy(node);
+	vb_ctx_destroy(ctx);
+	fflush(stdout);
+	return 0;
+}
+
+/* ---- the raw sender -------------------------------------------------------------------- */
+
+struct raw {
+	const struct vbt_ops *ops;
+	struct vbt_dev *dev;
+	struct vbt_pd *pd;
+	struct vbt_mr *mr;
+	uint8_t *mem;          /* [recv slots of every QP | send buffer] */
+	size_t mem_len;
+	unsigned next_area;
+	struct vbt_conn_param cp;
+};
+
+struct rawqp {
+	struct raw *r;
+	struct vbt_cq *cq;
+	struct vbt_qp *qp;
+	struct vbt_conn *conn;
+	uint8_t *slots;        /* RAW_SLOTS x RAW_SLOT */
+	uint8_t *sbuf;         /* RAW_SLOT send buffer */
+	bool ud;
+	/* learnt from what the victim sent */
+	bool got_hello;
+	struct vbt_peer victim_ud;
+	bool got_data;
+	bool got_proof, got_refuse;   /* AUTH frames from the victim */
+	uint32_t refuse_reason;
+	uint8_t proof[64];            /* nonce_A | MAC_A */
+	uint32_t data_session, data_topic;
+	uint64_t data_seq;
+	unsigned subs_seen;
+};
+
+static void put32le(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static uint8_t *raw_area(struct raw *r, size_t len)
+{
+	uint8_t *p = r->mem + (size_t)r->next_area * (RAW_SLOTS + 1) * RAW_SLOT;
+
+	assert_true((size_t)(r->next_area + 1) * (RAW_SLOTS + 1) * RAW_SLOT <= r->mem_len);
+	assert_true(len <= (RAW_SLOTS + 1) * RAW_SLOT);
+	r->next_area++;
+	return p;
+}
+
+static void raw_open(struct raw *r)
+{
+	struct vbt_dev_attr da = { .ip = vbt_test_ip(), .gid_index = -1 };
+
+	r->ops = &vbt_verbs_ops;
+	if (r->ops->dev_open(&da, &r->dev))
+		fail_msg("raw dev_open: %s", vb_errmsg());
+	assert_int_equal(r->ops->pd_alloc(r->dev, &r->pd), 0);
+	r->mem_len = (size_t)8 * (RAW_SLOTS + 1) * RAW_SLOT;
+	r->mem = aligned_alloc(4096, r->mem_len);
+	assert_non_null(r->mem);
+	memset(r->mem, 0, r->mem_len);
+	if (r->ops->mr_reg(r->pd, r->mem, r->mem_len, VBT_ACCESS_LOCAL_WRITE, &r->mr))
+		fail_msg("raw mr_reg: %s", vb_errmsg());
+	vbt_conn_param_init(&r->cp);
+}
+
+static void raw_post_recv(struct rawqp *q, unsigned i)
+{
+	uint32_t len = q->ud ? 40 + RAW_SLOT - 64 : RAW_SLOT;
+	struct vbt_sge sge = { (uintptr_t)(q->slots + (size_t)i * RAW_SLOT), len, q->r->mr->lkey };
+	struct vbt_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 };
+	const struct vbt_recv_wr *bad;
+
+	if (vbt_post_recv(q->qp, &wr, &bad))
+		fail_msg("raw post_recv: %s", vb_errmsg());
+}
+
+static void raw_parse(struct rawqp *q, const uint8_t *buf, uint32_t len);
+
+static void raw_qp(struct raw *r, struct rawqp *q, enum vb_qp_type type)
+{
+	struct vbt_cq_attr ca = { .cqe = 256 };
+	struct vbt_qp_init_attr qa = {
+		.type = type, .cap = { .max_send_wr = 16, .max_recv_wr = RAW_SLOTS,
+				       .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct vbt_peer local;
+
+	memset(q, 0, sizeof(*q));
+	q->r = r;
+	q->ud = type == VB_QPT_UD;
+	q->slots = raw_area(r, (RAW_SLOTS + 1) * RAW_SLOT);
+	q->sbuf = q->slots + (size_t)RAW_SLOTS * RAW_SLOT;
+	assert_int_equal(r->ops->cq_create(r->dev, &ca, &q->cq), 0);
+	qa.send_cq = qa.recv_cq = q->cq;
+	if (r->ops->qp_create(r->pd, &qa, &q->qp))
+		fail_msg("raw qp_create: %s", vb_errmsg());
+	assert_int_equal(vbt_qp_local_peer(q->qp, 0, &local), 0);
+	if (q->ud)
+		assert_int_equal(vbt_qp_bring_up(q->qp, &r->cp, &local, NULL), 0);
+	else
+		assert_int_equal(vbt_qp_to_init(q->qp, &r->cp, &local), 0);
+	for (unsigned i = 0; i < RAW_SLOTS; i++)
+		raw_post_recv(q, i);
+}
+
+/* Reap completions: receives are parsed and reposted. Returns the number of
+ * send completions seen (all must be successful). */
+static int raw_poll(struct rawqp *q)
+{
+	struct vbt_wc wc[16];
+	int n = vbt_cq_poll(q->cq, wc, 16), sends = 0;
+
+	assert_true(n >= 0);
+	for (int i = 0; i < n; i++) {
+		if (wc[i].opcode == VBT_WC_OP_SEND) {
+			if (wc[i].status != VBT_WC_SUCCESS)
+				fail_msg("raw send completed with %s", vbt_wc_status_str(wc[i].status));
+			sends++;
+			continue;
+		}
+		if (wc[i].status != VBT_WC_SUCCESS)
+			fail_msg("raw receive completed with %s", vbt_wc_status_str(wc[i].status));
+		if (!q->ud)
+			raw_parse(q, q->slots + wc[i].wr_id * RAW_SLOT, wc[i].byte_len);
+		raw_post_recv(q, (unsigned)wc[i].wr_id);
+	}
+	return sends;
+}
+
+static void raw_connect(struct raw *r, struct rawqp *q, uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	uint64_t t0;
+
+	raw_qp(r, q, VB_QPT_RC);
+	assert_int_equal(inet_pton(AF_INET, vbt_test_ip(), &sa.sin_addr), 1);
+	if (r->ops->connect(r->dev, q->qp, (struct sockaddr *)&sa, &r->cp, &q->conn))
+		fail_msg("raw connect: %s", vb_errmsg());
+	/* the connector speaks first: the victim's HELLO answers ours */
+	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 50;)
+		raw_poll(q);
+}
+
+/* One SEND of @len bytes (RC), or one datagram to the victim's UD QP. */
+static void raw_send(struct rawqp *q, const void *data, uint32_t len, struct vbt_ah *ah,
+		     const struct vbt_peer *to)
+{
+	struct vbt_sge sge = { (uintptr_t)q->sbuf, len, q->r->mr->lkey };
+	struct vbt_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = len ? 1 : 0,
+				  .opcode = VBT_WR_SEND, .flags = VBT_SEND_SIGNALED };
+	const struct vbt_send_wr *bad;
+	uint64_t t0;
+
+	assert_true(len <= RAW_SLOT);
+	memcpy(q->sbuf, data, len);
+	if (ah) {
+		wr.ah = ah;
+		wr.remote_qpn = to->qpn;
+		wr.remote_qkey = to->qkey;
+	}
+	if (vbt_post_send(q->qp, &wr, &bad))
+		fail_msg("raw post_send: %s", vb_errmsg());
+	for (t0 = vbt_now_ms(); !raw_poll(q);)
+		assert_true(vbt_now_ms() - t0 < 10000);
+}
+
+static void raw_close(struct rawqp *q)
+{
+	if (q->conn)
+		q->r->ops->conn_close(q->conn);
+	assert_int_equal(q->r->ops->qp_destroy(q->qp), 0);
+	assert_int_equal(q->r->ops->cq_destroy(q->cq), 0);
+}
+
+/* What the victim sends us: its HELLO, its AUTH frames. */
+static void raw_parse(struct rawqp *q, const uint8_t *buf, uint32_t len)
+{
+	uint32_t off = 0;
+
+	while (off < len) {
+		struct vbi_wire_hdr h;
+		long n = vbi_wire_parse(buf + off, len - off, 0, &h);
+		const uint8_t *pl = buf + off + VBI_WIRE_HDR_LEN;
+
+		if (n < 0)
+			fail_msg("the victim sent a malformed frame: %s",
+				 vbi_wire_err_name((enum vbi_wire_err)-n));
+		if (h.type == VBI_WT_HELLO && h.len >= HELLO_LEN) {
+			q->got_hello = true;
+		} else if (h.type == WT_AUTH && h.frag_off == 0 && h.len >= 64) {
+			q->got_proof = true;
+			memcpy(q->proof, pl, 64);
+		} else if (h.type == WT_AUTH && h.frag_off == 2) {
+			q->got_refuse = true;
+			q->refuse_reason = (uint32_t)h.seq;
+		}
+		off += (uint32_t)n;
+	}
+}
+
+/* ---- frames ---------------------------------------------------------------------------- */
+
+static uint32_t topic_id(const char *name)
+{
+	uint32_t h = 2166136261u; /* FNV-1a, as api/src/ctx.c */
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h ? h : 1;
+}
+
+static uint32_t frame(uint8_t *buf, const struct vbi_wire_hdr *h, uint32_t payload)
+{
+	vbi_wire_put(buf, h);
+	memset(buf + VBI_WIRE_HDR_LEN, 0xa5, payload);
+	return VBI_WIRE_HDR_LEN + payload;
+}
+
+/* A HELLO of node @uid for lane @lane of @role; @nonce (32 bytes) or NULL:
+ * the old 124-byte form without the authentication section. */
+static uint32_t hello(uint8_t *buf, uint64_t uid, uint32_t lane, uint32_t role,
+		      const uint8_t *nonce)
+{
+	uint32_t len = nonce ? HELLO_LEN_AUTH : HELLO_LEN;
+	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = len };
+	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+
+	vbi_wire_put(buf, &h);
+	memset(pl, 0, len);
+	put32le(pl + HELLO_VERSION, 3);
+	put32le(pl + HELLO_UID, (uint32_t)uid);
+	put32le(pl + HELLO_UID + 4, (uint32_t)(uid >> 32));
+	put32le(pl + HELLO_LANE, lane);
+	put32le(pl + HELLO_ROLE, role);
+	put32le(pl + HELLO_SLOTS, RAW_SLOTS);
+	put32le(pl + HELLO_SLOT_SIZE, RAW_SLOT);
+	put32le(pl + HELLO_MAX_MSG, 1u << 20);
+	memcpy(pl + HELLO_NAME, "raw-client", 10);
+	if (nonce) {
+		put32le(pl + HELLO_AUTH, 1); /* we have a key */
+		memcpy(pl + HELLO_NONCE, nonce, 32);
+	}
+	return VBI_WIRE_HDR_LEN + len;
+}
+
+/* The MACs of docs/wire.md ("Authentication"), with libsodium. */
+static void mac(uint8_t out[32], const uint8_t *key, const char *label, const uint8_t *a,
+		size_t alen, const uint8_t *b, size_t blen)
+{
+	crypto_auth_hmacsha512256_state st;
+
+	crypto_auth_hmacsha512256_init(&st, key, 32);
+	crypto_auth_hmacsha512256_update(&st, (const uint8_t *)label, strlen(label) + 1);
+	crypto_auth_hmacsha512256_update(&st, a, alen);
+	crypto_auth_hmacsha512256_update(&st, b, blen);
+	crypto_auth_hmacsha512256_final(&st, out);
+}
+
+/* ---- the checks -------------------------------------------------------------------------- */
+
+static uint64_t want_malformed, want_protocol, want_down, want_refused;
+
+static void expect(const char *what, unsigned dm, unsigned dp, unsigned dd, unsigned dr)
+{
+	uint64_t t0 = vbt_now_ms();
+
+	want_malformed += dm;
+	want_protocol += dp;
+	want_down += dd;
+	want_refused += dr;
+	while ((ld(&sh->malformed) < want_malformed || ld(&sh->protocol) < want_protocol ||
+		ld(&sh->down) < want_down || ld(&sh->auth_refused) < want_refused) &&
+	       vbt_now_ms() - t0 < 10000)
+		usleep(1000);
+	usleep(20000); /* a double count would show up here */
+	printf("  %-48s malformed %2" PRIu64 " events %2" PRIu64 " down %" PRIu64 " refused %"
+	       PRIu64 " RESET_QP %" PRIu64 "  '%s'\n", what, ld(&sh->malformed), ld(&sh->protocol),
+	       ld(&sh->down), ld(&sh->auth_refused), ld(&sh->reset_qp),
+	       (dp || dr) ? sh->detail[(ld(&sh->protocol) + ld(&sh->auth_ev) - 1) % MAX_DETAILS]
+			  : "");
+	fflush(stdout);
+	assert_int_equal(ld(&sh->malformed), want_malformed);
+	assert_int_equal(ld(&sh->protocol), want_protocol);
+	assert_int_equal(ld(&sh->down), want_down);
+	assert_int_equal(ld(&sh->auth_refused), want_refused);
+	assert_int_equal(ld(&sh->reset_qp), 0);
+	assert_int_equal(waitpid(-1, NULL, WNOHANG), 0); /* the victim is alive */
+}
+
+static void poll_for(struct rawqp *q, bool *flag, uint64_t ms)
+{
+	for (uint64_t t0 = vbt_now_ms(); !*flag && vbt_now_ms() - t0 < ms;)
+		raw_poll(q);
+}
+
+/* ---- a real publisher ---------------------------------------------------------------- */
+
+/* Connect with @key (NULL: none); 0 or the connect error. With @n, publish
+ * n ORDERED messages and check the victim got each once, in order. */
+static int real_publisher(uint16_t port, const uint8_t *key, uint64_t n)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_pub_t *ord;
+	uint8_t *buf = malloc(70000);
+	uint64_t seq = 0, t0, got0 = ld(&sh->ord_got), eagain = 0;
+	int rc;
+
+	assert_non_null(buf);
+	vb_ctx_attr_init(&ca);
+	ca.ip = vbt_test_ip();
+	ca.progress_spin = 200;
+	if (key) {
+		ca.auth_key = key;
+		ca.auth_key_len = 32;
+	}
+	if (vb_ctx_create(&ca, &ctx))
+		fail_msg("ctx: %s", vb_errmsg());
+	vb_node_attr_init(&na);
+	na.name = "real-publisher";
+	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
+	{
+		vb_pub_attr_t pa;
+
+		vb_pub_attr_init(&pa);
+		pa.ack_quorum = 1;
+		assert_int_equal(vb_pub_create(node, T_ORDERED, VB_ORDERED, &pa, &ord), 0);
+	}
+	rc = vb_node_connect(node, vbt_test_ip(), port);
+	printf("  real publisher (%s): vb_node_connect = %d%s%s\n",
+	       !key ? "no key" : key == KEY ? "the key" : "a wrong key", rc, rc ? ": " : "",
+	       rc ? vb_errmsg() : "");
+	fflush(stdout);
+	if (!rc && n) {
+		for (t0 = vbt_now_ms(); vb_pub_subscribers(ord) < 1 && vbt_now_ms() - t0 < 10000;)
+			usleep(5000);
+		assert_int_equal(vb_pub_subscribers(ord), 1);
+		for (uint64_t i = 0; i < n; i++) {
+			size_t ol = ord_len(i);
+			int r;
+
+			vbt_msg_fill(buf, ol, ST_ORDERED, i);
+			while ((r = vb_publish(ord, buf, ol, &seq)) == -EAGAIN && ++eagain)
+				usleep(50);
+			if (r)
+				fail_msg("ORDERED publish %" PRIu64 ": %s", i, vb_errmsg());
+		}
+		if (vb_pub_wait_acked(ord, seq, 60000))
+			fail_msg("ORDERED not acknowledged: %s", vb_errmsg());
+		for (t0 = vbt_now_ms(); ld(&sh->ord_got) + ld(&sh->ord_err) < got0 + n &&
+					vbt_now_ms() - t0 < 30000;)
+			usleep(5000);
+		printf("  real publisher: %" PRIu64 " ORDERED published (%" PRIu64 " retries); "
+		       "victim: %" PRIu64 " intact, %" PRIu64 " bad\n", n, eagain,
+		       ld(&sh->ord_got) - got0, ld(&sh->ord_err));
+		assert_int_equal(ld(&sh->ord_got), got0 + n);
+		assert_int_equal(ld(&sh->ord_err), 0);
+	}
+	assert_int_equal(vb_pub_destroy(ord), 0);
+	assert_int_equal(vb_node_destroy(node), 0);
+	assert_int_equal(vb_ctx_destroy(ctx), 0);
+	free(buf);
+	return rc;
+}
+
+static uint16_t start_victim(int keyed)
+{
+	uint16_t port;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(sh != MAP_FAILED);
+	memset(sh, 0, sizeof(*sh));
+	sh->n_good = vbt_scaled(2000);
+	sh->keyed = keyed;
+	want_malformed = want_protocol = want_down = want_refused = 0;
+	assert_int_equal(pipe(port_pipe), 0);
+	child = vbt_spawn(victim, NULL);
+	assert_true(child > 0);
+	assert_int_equal(read(port_pipe[0], &port, sizeof(port)), sizeof(port));
+	return port;
+}
+
+static void stop_victim(void)
+{
+	int st;
+
+	__atomic_store_n(&sh->finish, 1, __ATOMIC_RELEASE);
+	st = vbt_wait(child, 60);
+	child = -1;
+	assert_int_equal(st, 0);
+	close(port_pipe[0]);
+	close(port_pipe[1]);
+	munmap(sh, sizeof(*sh));
+}
+
+static void send_lane(struct rawqp *q, uint64_t seq, uint32_t epoch)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN];
+	struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = seq, .epoch = epoch };
+
+	raw_send(q, buf, frame(buf, &h, 0), NULL, NULL);
+}
+
+static void test_rules(void **state)
+{
+	struct raw r = { 0 };
+	struct rawqp a, b, c;
+	uint8_t buf[RAW_SLOT];
+	uint64_t uid = 0x5a5a000100000000ull | (uint32_t)getpid();
+	uint16_t port = start_victim(0);
+
+	raw_open(&r);
+	raw_connect(&r, &a, port);
+	printf("rules: raw RC QP %u connected to an unkeyed victim\n", a.qp->qpn);
+	raw_send(&a, buf, hello(buf, uid, 1, 0, NULL), NULL, NULL);
+	for (uint64_t t0 = vbt_now_ms(); (!a.got_hello || ld(&sh->up) < 1) &&
+					 vbt_now_ms() - t0 < 10000;)
+		raw_poll(&a);
+	assert_true(a.got_hello);
+	assert_int_equal(ld(&sh->up), 1);
+
+	send_lane(&a, 0xdeadbeefu, 1);
+	expect("LANE naming lane 0xdeadbeef", 1, 1, 0, 0);
+	send_lane(&a, (1ull << 32) + 1, 1);
+	expect("LANE naming lane 2^32 + 1", 1, 1, 0, 0);
+	send_lane(&a, 2, 1);
+	expect("LANE naming lane 2 (no such lane)", 1, 1, 0, 0);
+	send_lane(&a, 1, 7);
+	expect("LANE for its own lane, epoch 7 (allowed)", 0, 0, 0, 0);
+	send_lane(&a, 1, 3);
+	expect("LANE with epoch 3 after 7", 1, 1, 0, 0);
+	send_lane(&a, 1, 7);
+	expect("LANE with epoch 7 again", 1, 1, 0, 0);
+
+	/* standby lanes of the same node whose numbers are not the next ones */
+	raw_connect(&r, &b, port);
+	raw_send(&b, buf, hello(buf, uid, 1, 1, NULL), NULL, NULL);
+	expect("standby HELLO reusing lane number 1", 1, 1, 0, 0);
+	raw_connect(&r, &c, port);
+	raw_send(&c, buf, hello(buf, uid, 0x7fffffffu, 1, NULL), NULL, NULL);
+	expect("standby HELLO with lane number 0x7fffffff", 1, 1, 0, 0);
+	assert_int_equal(ld(&sh->failovers), 0);
+
+	/* the victim still works: a real publisher, exactly once, in order */
+	assert_int_equal(real_publisher(port, NULL, sh->n_good), 0);
+	assert_int_equal(ld(&sh->reset_qp), 0);
+	assert_int_equal(ld(&sh->malformed), want_malformed);
+	raw_close(&a);
+	raw_close(&b);
+	raw_close(&c);
+	assert_int_equal(r.ops->mr_dereg(r.mr), 0);
+	assert_int_equal(r.ops->pd_free(r.pd), 0);
+	r.ops->dev_close(r.dev);
+	free(r.mem);
+	stop_victim();
+}
+
+static void test_auth(void **state)
+{
+	struct raw r = { 0 };
+	struct rawqp a, k, p;
+	uint8_t buf[RAW_SLOT], nonce[32], hbuf[VBI_WIRE_HDR_LEN + HELLO_LEN_AUTH], m[32];
+	uint8_t answer[VBI_WIRE_HDR_LEN + 32];
+	uint64_t uid = 0x5a5a000200000000ull | (uint32_t)getpid();
+	struct vbi_wire_hdr h;
+	uint16_t port;
+	int rc;
+
+	assert_true(sodium_init() >= 0);
+	port = start_victim(1);
+	raw_open(&r);
+
+	/* 1. no key: a valid HELLO, then fabricated DATA */
+	raw_connect(&r, &a, port);
+	printf("auth: raw RC QP %u connected to a keyed victim, no key\n", a.qp->qpn);
+	{
+		/* the HELLO and the DATA in one SEND, as fast as it gets */
+		uint32_t n = hello(buf, uid, 1, 0, NULL);
+
+		h = (struct vbi_wire_hdr){ .type = VBI_WT_DATA, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+					   .session = 0xbad0001, .topic = topic_id(T_ORDERED),
+					   .seq = 1, .len = 64, .msg_len = 64 };
+		n = (uint32_t)vbi_wire_frame_size(n - VBI_WIRE_HDR_LEN);
+		n += frame(buf + n, &h, 64);
+		raw_send(&a, buf, n, NULL, NULL);
+	}
+	expect("unkeyed HELLO + fabricated DATA (one SEND)", 0, 0, 0, 1);
+	usleep(200000);
+	printf("  victim delivered %" PRIu64 " messages\n", ld(&sh->ord_delivered));
+	assert_int_equal(ld(&sh->ord_delivered), 0);
+	assert_int_equal(ld(&sh->up), 0);
+
+	/* 2. a raw client with the key answers the challenge: let in */
+	{
+		int st = 0;
+		pid_t w = waitpid(child, &st, WNOHANG);
+
+		if (w)
+			fail_msg("the victim is gone: status %#x", st);
+	}
+	raw_connect(&r, &k, port);
+	randombytes_buf(nonce, sizeof(nonce));
+	hello(hbuf, uid + 1, 1, 0, nonce);
+	raw_send(&k, hbuf, sizeof(hbuf), NULL, NULL);
+	poll_for(&k, &k.got_proof, 10000);
+	assert_true(k.got_proof);
+	mac(m, KEY, "verbus-auth-1 accept", hbuf + VBI_WIRE_HDR_LEN, HELLO_LEN_AUTH, k.proof, 32);
+	assert_memory_equal(m, k.proof + 32, 32); /* the victim proved the key */
+	h = (struct vbi_wire_hdr){ .type = WT_AUTH, .frag_off = 1, .len = 32 };
+	vbi_wire_put(answer, &h);
+	mac(answer + VBI_WIRE_HDR_LEN, KEY, "verbus-auth-1 connect", k.proof, 32,
+	    hbuf + VBI_WIRE_HDR_LEN, HELLO_LEN_AUTH);
+	raw_send(&k, answer, sizeof(answer), NULL, NULL);
+	for (uint64_t t0 = vbt_now_ms(); (!k.got_hello || ld(&sh->up) < 1) &&
+					 vbt_now_ms() - t0 < 10000;)
+		raw_poll(&k);
+	assert_true(k.got_hello);
+	expect("keyed raw client answers the challenge", 0, 0, 0, 0);
+	assert_int_equal(ld(&sh->up), 1);
+
+	/* 3. the same HELLO and answer replayed on a new connection */
+	raw_connect(&r, &p, port);
+	raw_send(&p, hbuf, sizeof(hbuf), NULL, NULL);
+	poll_for(&p, &p.got_proof, 10000);
+	assert_true(p.got_proof);
+	assert_memory_not_equal(p.proof, k.proof, 32); /* a fresh nonce */
+	raw_send(&p, answer, sizeof(answer), NULL, NULL);
+	expect("replayed answer on a new connection", 0, 0, 0, 1);
+	assert_false(p.got_hello);
+	assert_int_equal(ld(&sh->up), 1);
+
+	/* 4. real publishers: a wrong key, no key, the key */
+	rc = real_publisher(port, BADKEY, 0);
+	assert_int_equal(rc, -ECONNREFUSED);
+	assert_non_null(strstr(vb_errmsg(), "key"));
+	expect("real publisher with a wrong key", 0, 0, 0, 1);
+	rc = real_publisher(port, NULL, 0);
+	assert_int_equal(rc, -ECONNREFUSED);
+	assert_non_null(strstr(vb_errmsg(), "key"));
+	expect("real publisher without a key", 0, 0, 0, 1);
+	assert_int_equal(real_publisher(port, KEY, sh->n_good), 0);
+	assert_int_equal(ld(&sh->auth_refused), want_refused);
+	assert_int_equal(ld(&sh->reset_qp), 0);
+
+	raw_close(&a);
+	raw_close(&k);
+	raw_close(&p);
+	assert_int_equal(r.ops->mr_dereg(r.mr), 0);
+	assert_int_equal(r.ops->pd_free(r.pd), 0);
+	r.ops->dev_close(r.dev);
+	free(r.mem);
+	stop_victim();
+}
+
+static int teardown(void **state)
+{
+	if (child > 0 && waitpid(child, NULL, WNOHANG) == 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	child = -1;
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_rules, teardown),
+		cmocka_unit_test_teardown(test_auth, teardown),
+	};
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	vbt_require_device();
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
