@@ -431,6 +431,9 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 					l->returned_total += h.frag_off;
 				}
 				pthread_mutex_unlock(&p->txlock);
+				if (!bad)
+					atomic_store_explicit(&p->credit_rx_ns, vbi_mono_ns(),
+							      memory_order_relaxed);
 				if (bad) {
 					atomic_fetch_add(&ctx->st.malformed, 1);
 					vbi_event(ctx, VB_EV_PROTOCOL, p->name,

@@ -677,6 +677,18 @@ static void slow_cut(struct vb_pub *pub)
 			pp->stall_ns = now; /* recovery's business; its clock restarts */
 			continue;
 		}
+		{	/* it consumed what we sent since (receive credits came back):
+			 * alive and reading, e.g. a large message fragment by
+			 * fragment; its clock restarts from then */
+			uint64_t c = atomic_load_explicit(&pp->peer->credit_rx_ns,
+							  memory_order_relaxed);
+
+			if (c > pp->stall_ns && c <= now) {
+				pp->stall_ns = c;
+				if (now - c < limit)
+					continue;
+			}
+		}
 		n = last - pp->acked;
 		bytes = window_bytes(pub, pp->acked);
 		held_ms = (now - pp->stall_ns) / 1000000;

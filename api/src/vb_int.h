@@ -324,6 +324,11 @@ struct vbi_peer {
 	 * (txlock; the maintenance thread reads them for the dead-peer rule) */
 	bool fail_watch;
 	uint64_t rx_ms_at_fail;
+	/* when it last returned receive credits (an ACK with some): its
+	 * process is alive and consuming, whatever it acknowledges (a large
+	 * message arrives fragment by fragment); the slow-subscriber check
+	 * restarts its clocks from it. Progress thread writes, atomic. */
+	atomic_uint_fast64_t credit_rx_ns;
 	char refused[VBI_REFUSE_MAX + 1]; /* connector: the node refused us, why (txlock) */
 	unsigned warm_failures;  /* connector: consecutive lane-building failures
 				  * (maintenance thread only) */
