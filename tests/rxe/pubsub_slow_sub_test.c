@@ -56,12 +56,15 @@
 #define TOPIC "slow.orders"
 #define WARM_MS 1500
 #define BASE_MS 2000
-#define STALL_MS 4000
 #define TAIL_MS 2000
-#define SLOW_SUB_MS 1000
 
 static uint64_t rate;          /* messages/s */
-static unsigned window;        /* retransmit window: fills in ~2 s at rate */
+static unsigned window;        /* retransmit window: fills in > SLOW_SUB_MS + 1 s */
+/* The cut's threshold and the stall: 1 s and 4 s; under sanitizers (scaled
+ * volumes) a healthy subscriber process can be off the CPU for a second
+ * (seen under ASan: one cut after 1001 ms), so 3 s and 8 s there (the
+ * window then fills in ~5 s: BLOCK still stalls the others). */
+static unsigned SLOW_SUB_MS = 1000, STALL_MS = 4000;
 
 /* Shared with the subscriber processes (mapped before fork). */
 struct subsh {
@@ -341,7 +344,7 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 	for (t0 = vbt_now_ms(); vb_pub_subscribers(pr.pub) < NSUB && vbt_now_ms() - t0 < 60000;)
 		usleep(10000);
 	assert_int_equal(vb_pub_subscribers(pr.pub), NSUB);
-	printf("%s: %d subscribers, %" PRIu64 " msg/s, window %u, slow_sub_ms %d\n", label, NSUB,
+	printf("%s: %d subscribers, %" PRIu64 " msg/s, window %u, slow_sub_ms %u\n", label, NSUB,
 	       rate, window, SLOW_SUB_MS);
 
 	assert_int_equal(pthread_create(&th, NULL, publisher, &pr), 0);
@@ -423,7 +426,7 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 			CHECK(st.slow_cuts == 1 && st.slow_cut_msgs > 0, "slow_cuts %" PRIu64,
 			      st.slow_cuts);
 			CHECK(pr.eagain_max_ms <= SLOW_SUB_MS + 1000, "back-pressure lasted %" PRIu64
-			      " ms (slow_sub_ms %d)", pr.eagain_max_ms, SLOW_SUB_MS);
+			      " ms (slow_sub_ms %u)", pr.eagain_max_ms, SLOW_SUB_MS);
 			CHECK(ss->ends == 1 && ss->end_reason == VB_END_SLOW && ss->stats_ends == 1,
 			      "stalled sub: %" PRIu64 " ends (reason %d, stats %" PRIu64 ")", ss->ends,
 			      ss->end_reason, ss->stats_ends);
@@ -502,7 +505,11 @@ int main(void)
 	rate = vbt_scaled(1000);
 	if (rate < 100)
 		rate = 100;
-	for (window = 2; window < 2 * rate; window <<= 1)
+	if (rate < 1000) {
+		SLOW_SUB_MS = 3000;
+		STALL_MS = 8000;
+	}
+	for (window = 2; window < rate * (SLOW_SUB_MS + 1000) / 1000; window <<= 1)
 		;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return cmocka_run_group_tests(tests, NULL, NULL);
