@@ -3,9 +3,9 @@
  * Lanes and failover: the RC connections behind a peer, the HELLO that
  * binds a connection to its peer, error classification of completions and
  * async events (core/errpolicy), the switch to a pre-warmed standby lane
- * (core/path: RCU-published active lane, epoch, policy), and the per-node
+ * (core/path: RCU-published active lane, epoch, policy). The per-node
  * maintenance thread that retires old lanes, warms standbys and rebuilds a
- * lane when no standby was left.
+ * lane when no standby was left is in maint.c.
  *
  * The recovery, step by step (docs/recovery.md has the long version):
  *  1. A completion with an error status or an async event on a lane's QP
@@ -637,7 +637,7 @@ void vbi_peer_allow_degrade(struct vbi_peer *p)
 
 /* ---- switching lanes (txlock held) ------------------------------------------------------- */
 
-static void lane_retire_locked(struct vbi_lane *l)
+void vbi_lane_retire_locked(struct vbi_lane *l)
 {
 	atomic_store(&l->dead, true);
 	vbi_lane_retire(l);
@@ -649,7 +649,7 @@ static void lane_retire_locked(struct vbi_lane *l)
  * the peer (LANE frame on @s) unless it told us, end the recovery. Returns
  * the lane that was active (NULL if none), for the caller to retire.
  */
-static struct vbi_lane *activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote)
+struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	uint64_t now = vbi_mono_ns();
@@ -677,7 +677,7 @@ static struct vbi_lane *activate(struct vbi_peer *p, struct vbi_lane *s, bool te
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
 		if (sb && sb != s)
-			lane_retire_locked(sb);
+			vbi_lane_retire_locked(sb);
 	}
 	if (s->mode != p->mode) {
 		/* the mode changed: an event (on both ends) and a counter */
@@ -727,7 +727,7 @@ static struct vbi_lane *activate(struct vbi_peer *p, struct vbi_lane *s, bool te
 
 static struct vbi_lane *switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell)
 {
-	return activate(p, s, tell, false);
+	return vbi_peer_activate(p, s, tell, false);
 }
 
 /* The failure of lane @l (disruptive action @act): txlock held. Returns
@@ -752,7 +752,7 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		}
 		if (sb && sb != l) /* not the one that failed: keep it */
 			vbi_path_set_standby(&p->path, sb);
-		lane_retire_locked(l);
+		vbi_lane_retire_locked(l);
 		return false;
 	}
 	d = vbi_path_fail(&p->path, l->epoch, now, 0);
@@ -767,25 +767,25 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		struct vbi_lane *s = d.lane, *old;
 
 		if (atomic_load(&s->dead)) { /* failed too (same port): no switch */
-			lane_retire_locked(s);
+			vbi_lane_retire_locked(s);
 			goto rebuild;
 		}
 		atomic_fetch_add(&ctx->st.failovers, 1);
 		old = switch_to(p, s, true);
 		if (old)
-			lane_retire_locked(old);
+			vbi_lane_retire_locked(old);
 		return false;
 	}
 	case VBI_PATH_REBUILD:
 	case VBI_PATH_DEGRADE:
 		if (d.lane)
-			lane_retire_locked(d.lane);
+			vbi_lane_retire_locked(d.lane);
 rebuild: {
 		struct vbi_lane *old = vbi_path_switch(&p->path, NULL, now, NULL);
 
 		if (old)
-			lane_retire_locked(old);
-		lane_retire_locked(l);
+			vbi_lane_retire_locked(old);
+		vbi_lane_retire_locked(l);
 		if (!p->recover_since_ns)
 			p->recover_since_ns = now;
 		atomic_fetch_add(&ctx->st.rebuilds, 1);
@@ -795,7 +795,7 @@ rebuild: {
 		return true;
 	case VBI_PATH_STALE:
 	case VBI_PATH_IN_PROGRESS:
-		lane_retire_locked(l);
+		vbi_lane_retire_locked(l);
 		return false;
 	}
 	return false;
@@ -830,7 +830,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 				if (!p->dead && !p->closing)
 					down |= lane_failed_locked(p, l, (enum vbi_err_action)act);
 				else
-					lane_retire_locked(l);
+					vbi_lane_retire_locked(l);
 			}
 			pthread_mutex_unlock(&p->txlock);
 			if (acted) {
@@ -871,7 +871,7 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 		old = switch_to(p, l, false);
 		atomic_fetch_add(&p->node->ctx->st.failovers, 1);
 		if (old)
-			lane_retire_locked(old);
+			vbi_lane_retire_locked(old);
 	}
 	pthread_mutex_unlock(&p->txlock);
 	vbi_peer_pev_flush(p);
@@ -1116,7 +1116,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 			atomic_fetch_add(&ctx->st.standbys_warmed, 1);
 		}
 		if (old)
-			lane_retire_locked(old);
+			vbi_lane_retire_locked(old);
 		pthread_mutex_unlock(&p->txlock);
 		vbi_info("peer '%s': standby lane %u ready (QP %u on %s)", p->name, l->id,
 			 l->qp->qpn, l->dr->dev->caps.name);
@@ -1128,7 +1128,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		pthread_mutex_lock(&p->txlock);
 		old = switch_to(p, l, false);
 		if (old)
-			lane_retire_locked(old);
+			vbi_lane_retire_locked(old);
 		pthread_mutex_unlock(&p->txlock);
 	}
 	vbi_peer_pev_flush(p);
@@ -1282,333 +1282,6 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
 	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);
-}
-
-/* ---- maintenance thread ------------------------------------------------------------------- */
-
-void vbi_maint_kick(struct vb_node *node)
-{
-	pthread_mutex_lock(&node->maint_lock);
-	pthread_cond_broadcast(&node->maint_cv);
-	pthread_mutex_unlock(&node->maint_lock);
-}
-
-static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
-{
-	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
-}
-
-/* Retire lanes marked so: peers' lanes and pending (unbound) ones; one
- * still in its set-up thread's hands is left for a later round. */
-static void maint_retire(struct vb_node *node)
-{
-	for (;;) {
-		struct vbi_lane *victim = NULL;
-
-		pthread_rwlock_wrlock(&node->lock);
-		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next) {
-			if (!atomic_load(&(*q)->dead) && !atomic_load(&(*q)->fail_act))
-				continue;
-			if (atomic_load(&(*q)->in_setup))
-				continue;
-			victim = *q;
-			*q = victim->next;
-			victim->next = NULL;
-			atomic_store(&victim->retiring, true);
-			break;
-		}
-		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
-			pthread_mutex_lock(&p->txlock);
-			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
-				if (!atomic_load(&l->retiring) || atomic_load(&l->draining))
-					continue;
-				if (atomic_load(&l->in_setup))
-					continue;
-				atomic_store(&l->draining, true);
-				victim = l;
-				break;
-			}
-			pthread_mutex_unlock(&p->txlock);
-		}
-		pthread_rwlock_unlock(&node->lock);
-		if (!victim)
-			return;
-		vbi_lane_destroy_now(victim);
-	}
-}
-
-static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool standby,
-				   const struct sockaddr_storage **dst)
-{
-	struct vbi_lane *active = vbi_path_lane(&p->path);
-	int order[2] = { 0, 1 };
-
-	/* A standby goes on the other device than the active lane when it can. */
-	if (standby && active && active->dr->idx == 0)
-		order[0] = 1, order[1] = 0;
-	for (int i = 0; i < 2; i++) {
-		struct vbi_devres *dr = &ctx->dr[order[i]];
-		const struct sockaddr_storage *a = order[i] ? &p->sb_addr : &p->addr;
-
-		if ((unsigned)order[i] >= ctx->ndev || !a->ss_family)
-			continue;
-		if (atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
-			continue;
-		*dst = a;
-		return dr;
-	}
-	return NULL;
-}
-
-/* Connector: build a lane of @role and @mode to @p. Degraded (UC/UD)
- * lanes go to the peer's UC/UD listener on its primary address, from our
- * primary device. Maintenance thread, no lock held. */
-static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, enum vb_qp_type mode)
-{
-	struct vb_ctx *ctx = node->ctx;
-	const struct sockaddr_storage *dst = NULL;
-	struct sockaddr_storage dm;
-	struct vbi_devres *dr;
-	struct vbi_lane *l;
-	int rc;
-
-	pthread_mutex_lock(&p->txlock);
-	if (mode == VB_QPT_RC) {
-		dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
-	} else {
-		uint16_t port = mode == VB_QPT_UC ? p->uc_port : p->ud_port;
-
-		dr = &ctx->dr[0];
-		dm = p->addr;
-		if (dm.ss_family == AF_INET)
-			((struct sockaddr_in *)&dm)->sin_port = htons(port);
-		else
-			((struct sockaddr_in6 *)&dm)->sin6_port = htons(port);
-		dst = &dm;
-		if (!port || atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
-			dr = NULL;
-	}
-	pthread_mutex_unlock(&p->txlock);
-	if (!dr)
-		return vbi_err(-ENETDOWN, "no device or %s listener towards '%s'",
-			       vbi_path_mode_name(mode), p->name);
-	rc = vbi_lane_new(node, dr, mode, false, &l);
-	if (rc)
-		return rc;
-	/* bound before it connects: the peer's HELLO may arrive first */
-	pthread_mutex_lock(&p->txlock);
-	l->id = p->next_lane_id++;
-	l->role = role;
-	vbi_lane_bind(l, p);
-	if (role == VBI_LANE_PROBE)
-		p->probe = l;
-	pthread_mutex_unlock(&p->txlock);
-	rc = ctx->ops->connect(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp, &l->conn);
-	if (rc) {
-		char msg[VBI_ERRMSG_MAX];
-
-		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
-		pthread_mutex_lock(&p->txlock);
-		if (p->probe == l)
-			p->probe = NULL;
-		pthread_mutex_unlock(&p->txlock);
-		vbi_lane_destroy_now(l);
-		return vbi_err(rc, "%s", msg);
-	}
-	atomic_store(&l->conn_ready, true);
-	vbi_lane_send_hello(l);
-	return 0;
-}
-
-/*
- * Degraded (connector): probe RC with an idle RC lane; every probe
- * interval it is alive counts as a successful probe (core/path); when the
- * policy says the hold has passed, it becomes the active lane (promotion:
- * rewind, LANE frame, the peer follows). Maintenance thread.
- */
-static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
-{
-	struct vb_ctx *ctx = node->ctx;
-	uint64_t ival = vbi_rto_ns();
-	struct vbi_lane *pl, *old = NULL;
-	int due;
-
-	pthread_mutex_lock(&p->txlock);
-	pl = p->probe;
-	if (!pl || !atomic_load(&pl->hello_rcvd) || atomic_load(&pl->dead) ||
-	    vbi_path_recovering(&p->path) || now - p->probe_ns < ival) {
-		pthread_mutex_unlock(&p->txlock);
-		return;
-	}
-	p->probe_ns = now;
-	atomic_fetch_add(&ctx->st.probes, 1);
-	due = vbi_path_probe(&p->path, VB_QPT_RC, 1, now);
-	if (due == 1) {
-		old = activate(p, pl, true, true);
-		if (old)
-			lane_retire_locked(old);
-	}
-	pthread_mutex_unlock(&p->txlock);
-	if (due == 1) {
-		vbi_peer_pev_flush(p);
-		vbi_maint_kick(node);
-	}
-}
-
-static unsigned keepalive_or(const struct vb_ctx *ctx, unsigned dflt)
-{
-	return ctx->attr.keepalive_ms ? ctx->attr.keepalive_ms : dflt;
-}
-
-static void maint_peer(struct vb_node *node, struct vbi_peer *p)
-{
-	struct vb_ctx *ctx = node->ctx;
-	uint64_t now = vbi_mono_ns(), since;
-	bool need_lane, need_standby, need_probe, waiting_hello = false;
-	enum vb_qp_type mode;
-	struct vbi_lane *act;
-	int rc;
-
-	pthread_mutex_lock(&p->txlock);
-	/* read with the lane under txlock (failures are decided under it): a
-	 * DEGRADE in between must not leave us building the old mode */
-	mode = vbi_path_mode(&p->path);
-	since = p->recover_since_ns;
-	act = vbi_path_lane(&p->path);
-	need_lane = !act && since;
-	need_standby = !need_lane && ctx->attr.standby && !vbi_path_has_standby(&p->path) && act &&
-		       act->mode == VB_QPT_RC && mode == VB_QPT_RC;
-	need_probe = !need_lane && act && mode != VB_QPT_RC && !p->probe &&
-		     !vbi_path_recovering(&p->path);
-	for (struct vbi_lane *l = p->lanes; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
-			waiting_hello = true;
-			/* an unreliable lane's HELLO may be lost: give up on it */
-			if (l->mode != VB_QPT_RC && now - l->created_ns > recover_timeout_ns(ctx))
-				lane_retire_locked(l);
-		}
-	pthread_mutex_unlock(&p->txlock);
-
-	if (need_lane && now - since > recover_timeout_ns(ctx)) {
-		pthread_mutex_lock(&p->txlock);
-		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
-		pthread_mutex_unlock(&p->txlock);
-		vbi_peer_pev_flush(p);
-		atomic_fetch_add(&ctx->st.path_downs, 1);
-		vbi_peer_failed(p, "no connection could be rebuilt in time");
-		return;
-	}
-	if (p->connector && !need_lane && mode != VB_QPT_RC)
-		maint_probe(node, p, now);
-	if (!p->connector || waiting_hello || (!need_lane && !need_standby && !need_probe) ||
-	    now < p->warm_after_ns || atomic_load(&node->stop))
-		return;
-	if ((rc = build_lane(node, p,
-			     need_lane ? VBI_LANE_REPLACE
-				       : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
-			     need_lane ? mode : VB_QPT_RC))) {
-		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
-		bool silent;
-
-		/* Its active connection failed, nothing arrived from it since
-		 * (for two keepalive periods at least: a live peer answers a
-		 * switch at once), and now its node refuses a connection (no
-		 * listener: the process is gone) or cannot be reached: it is
-		 * dead, not slow. Give it up now rather than after
-		 * recover_timeout (docs/recovery.md, "Detecting a dead peer"). */
-		pthread_mutex_lock(&p->txlock);
-		silent = p->fail_watch && p->last_rx_ms == p->rx_ms_at_fail &&
-			 vbi_now_ms() - p->last_rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
-		pthread_mutex_unlock(&p->txlock);
-		if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
-			char why[VBI_ERRMSG_MAX + 96];
-
-			snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
-				 "and a new one was %s (%s)",
-				 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
-			pthread_mutex_lock(&p->txlock);
-			vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now,
-				      VBI_PATH_F_NO_STANDBY);
-			pthread_mutex_unlock(&p->txlock);
-			vbi_peer_pev_flush(p);
-			atomic_fetch_add(&ctx->st.path_downs, 1);
-			vbi_peer_failed(p, why);
-			return;
-		}
-
-		if (need_probe)
-			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
-		p->warm_failures++;
-		p->warm_after_ns = vbi_mono_ns() + back;
-		vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
-			 need_lane ? "replacement" : need_probe ? "RC probe" : "standby",
-			 (unsigned long long)(back / 1000000), vbi_errmsg());
-	} else {
-		p->warm_failures = 0;
-	}
-}
-
-static void *maint_main(void *arg)
-{
-	struct vb_node *node = arg;
-	struct vb_ctx *ctx = node->ctx;
-
-	while (!atomic_load(&node->stop)) {
-		struct timespec dl;
-		struct vbi_peer *todo[VBI_MAX_PEERS];
-		unsigned n = 0;
-
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += 50000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-		pthread_mutex_lock(&node->maint_lock);
-		if (!node->retiring)
-			pthread_cond_timedwait(&node->maint_cv, &node->maint_lock, &dl);
-		/* maint_retire below sees every lane marked so far (also those
-		 * another thread destroys itself, or leaves for a later round) */
-		node->retiring = 0;
-		pthread_mutex_unlock(&node->maint_lock);
-		if (atomic_load(&node->stop))
-			break;
-		vbi_node_pending_expire(node);
-		maint_retire(node);
-		vbi_node_backup_step(node);
-		vbi_node_reap(node);
-		/* Peers are freed only when the node is destroyed (after this
-		 * thread is joined): the snapshot stays valid. */
-		pthread_rwlock_rdlock(&node->lock);
-		for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
-			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
-				todo[n++] = p;
-		pthread_rwlock_unlock(&node->lock);
-		for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
-			maint_peer(node, todo[i]);
-		(void)ctx;
-	}
-	return NULL;
-}
-
-int vbi_maint_start(struct vb_node *node)
-{
-	int rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
-
-	if (rc)
-		return vbi_err(rc, "maintenance thread: %s", strerror(-rc));
-	node->maint_running = true;
-	return 0;
-}
-
-void vbi_maint_stop(struct vb_node *node)
-{
-	atomic_store(&node->stop, true);
-	if (node->maint_running) {
-		vbi_maint_kick(node);
-		pthread_join(node->maint_thread, NULL);
-		node->maint_running = false;
-	}
 }
 
 /* ---- fault injection ----------------------------------------------------------------------- */

@@ -615,6 +615,12 @@ uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_send_hello(struct vbi_lane *l);
 void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
 void vbi_lane_retire(struct vbi_lane *l);
+/* The same, and marked dead now: peer->txlock held (lane.c). */
+void vbi_lane_retire_locked(struct vbi_lane *l);
+/* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
+ * false); returns the lane that was active, for the caller to retire.
+ * p->txlock held (lane.c). */
+struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
 void vbi_lane_destroy_now(struct vbi_lane *l);
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
@@ -670,6 +676,10 @@ void vbi_node_reap(struct vb_node *node);
 void vbi_node_pending_expire(struct vb_node *node);
 /* sub.c, node->lock held for writing: drop every ORDERED stream from @p. */
 void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
+/* pub_fanout.c: send FANOUT message @m: 0 (the caller's reference to @m is
+ * taken), or -EAGAIN (back-pressure), -ENODEV, another negative errno (the
+ * caller keeps its reference). Any thread; takes ud_lock, then pub->lock. */
+int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out);
 
 /* pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);

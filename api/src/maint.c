@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-node maintenance thread (one per vb_node): every round (50 ms,
+ * or when kicked) it drops accepted connections that sent no HELLO in
+ * time, retires and destroys old lanes (drain, grace period, free),
+ * switches given-up peers to their backup node, reaps dead peers, and for
+ * every live peer warms a standby, builds a replacement lane after a
+ * failure, probes RC while degraded, and gives up a peer that cannot be
+ * reached (the recovery timeout, or the dead-peer evidence rule:
+ * docs/recovery.md).
+ *
+ * Threads: only this thread builds lanes for the connecting side and
+ * frees lanes and peers (besides node destruction, after it is joined);
+ * what it changes on a peer it changes under the peer's txlock.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- maintenance thread ------------------------------------------------------------------- */
+
+void vbi_maint_kick(struct vb_node *node)
+{
+	pthread_mutex_lock(&node->maint_lock);
+	pthread_cond_broadcast(&node->maint_cv);
+	pthread_mutex_unlock(&node->maint_lock);
+}
+
+static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
+{
+	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
+}
+
+/* Retire lanes marked so: peers' lanes and pending (unbound) ones; one
+ * still in its set-up thread's hands is left for a later round. */
+static void maint_retire(struct vb_node *node)
+{
+	for (;;) {
+		struct vbi_lane *victim = NULL;
+
+		pthread_rwlock_wrlock(&node->lock);
+		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next) {
+			if (!atomic_load(&(*q)->dead) && !atomic_load(&(*q)->fail_act))
+				continue;
+			if (atomic_load(&(*q)->in_setup))
+				continue;
+			victim = *q;
+			*q = victim->next;
+			victim->next = NULL;
+			atomic_store(&victim->retiring, true);
+			break;
+		}
+		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
+			pthread_mutex_lock(&p->txlock);
+			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
+				if (!atomic_load(&l->retiring) || atomic_load(&l->draining))
+					continue;
+				if (atomic_load(&l->in_setup))
+					continue;
+				atomic_store(&l->draining, true);
+				victim = l;
+				break;
+			}
+			pthread_mutex_unlock(&p->txlock);
+		}
+		pthread_rwlock_unlock(&node->lock);
+		if (!victim)
+			return;
+		vbi_lane_destroy_now(victim);
+	}
+}
+
+static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool standby,
+				   const struct sockaddr_storage **dst)
+{
+	struct vbi_lane *active = vbi_path_lane(&p->path);
+	int order[2] = { 0, 1 };
+
+	/* A standby goes on the other device than the active lane when it can. */
+	if (standby && active && active->dr->idx == 0)
+		order[0] = 1, order[1] = 0;
+	for (int i = 0; i < 2; i++) {
+		struct vbi_devres *dr = &ctx->dr[order[i]];
+		const struct sockaddr_storage *a = order[i] ? &p->sb_addr : &p->addr;
+
+		if ((unsigned)order[i] >= ctx->ndev || !a->ss_family)
+			continue;
+		if (atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
+			continue;
+		*dst = a;
+		return dr;
+	}
+	return NULL;
+}
+
+/* Connector: build a lane of @role and @mode to @p. Degraded (UC/UD)
+ * lanes go to the peer's UC/UD listener on its primary address, from our
+ * primary device. Maintenance thread, no lock held. */
+static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, enum vb_qp_type mode)
+{
+	struct vb_ctx *ctx = node->ctx;
+	const struct sockaddr_storage *dst = NULL;
+	struct sockaddr_storage dm;
+	struct vbi_devres *dr;
+	struct vbi_lane *l;
+	int rc;
+
+	pthread_mutex_lock(&p->txlock);
+	if (mode == VB_QPT_RC) {
+		dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
+	} else {
+		uint16_t port = mode == VB_QPT_UC ? p->uc_port : p->ud_port;
+
+		dr = &ctx->dr[0];
+		dm = p->addr;
+		if (dm.ss_family == AF_INET)
+			((struct sockaddr_in *)&dm)->sin_port = htons(port);
+		else
+			((struct sockaddr_in6 *)&dm)->sin6_port = htons(port);
+		dst = &dm;
+		if (!port || atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
+			dr = NULL;
+	}
+	pthread_mutex_unlock(&p->txlock);
+	if (!dr)
+		return vbi_err(-ENETDOWN, "no device or %s listener towards '%s'",
+			       vbi_path_mode_name(mode), p->name);
+	rc = vbi_lane_new(node, dr, mode, false, &l);
+	if (rc)
+		return rc;
+	/* bound before it connects: the peer's HELLO may arrive first */
+	pthread_mutex_lock(&p->txlock);
+	l->id = p->next_lane_id++;
+	l->role = role;
+	vbi_lane_bind(l, p);
+	if (role == VBI_LANE_PROBE)
+		p->probe = l;
+	pthread_mutex_unlock(&p->txlock);
+	rc = ctx->ops->connect(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp, &l->conn);
+	if (rc) {
+		char msg[VBI_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+		pthread_mutex_lock(&p->txlock);
+		if (p->probe == l)
+			p->probe = NULL;
+		pthread_mutex_unlock(&p->txlock);
+		vbi_lane_destroy_now(l);
+		return vbi_err(rc, "%s", msg);
+	}
+	atomic_store(&l->conn_ready, true);
+	vbi_lane_send_hello(l);
+	return 0;
+}
+
+/*
+ * Degraded (connector): probe RC with an idle RC lane; every probe
+ * interval it is alive counts as a successful probe (core/path); when the
+ * policy says the hold has passed, it becomes the active lane (promotion:
+ * rewind, LANE frame, the peer follows). Maintenance thread.
+ */
+static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t ival = vbi_rto_ns();
+	struct vbi_lane *pl, *old = NULL;
+	int due;
+
+	pthread_mutex_lock(&p->txlock);
+	pl = p->probe;
+	if (!pl || !atomic_load(&pl->hello_rcvd) || atomic_load(&pl->dead) ||
+	    vbi_path_recovering(&p->path) || now - p->probe_ns < ival) {
+		pthread_mutex_unlock(&p->txlock);
+		return;
+	}
+	p->probe_ns = now;
+	atomic_fetch_add(&ctx->st.probes, 1);
+	due = vbi_path_probe(&p->path, VB_QPT_RC, 1, now);
+	if (due == 1) {
+		old = vbi_peer_activate(p, pl, true, true);
+		if (old)
+			vbi_lane_retire_locked(old);
+	}
+	pthread_mutex_unlock(&p->txlock);
+	if (due == 1) {
+		vbi_peer_pev_flush(p);
+		vbi_maint_kick(node);
+	}
+}
+
+static unsigned keepalive_or(const struct vb_ctx *ctx, unsigned dflt)
+{
+	return ctx->attr.keepalive_ms ? ctx->attr.keepalive_ms : dflt;
+}
+
+static void maint_peer(struct vb_node *node, struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t now = vbi_mono_ns(), since;
+	bool need_lane, need_standby, need_probe, waiting_hello = false;
+	enum vb_qp_type mode;
+	struct vbi_lane *act;
+	int rc;
+
+	pthread_mutex_lock(&p->txlock);
+	/* read with the lane under txlock (failures are decided under it): a
+	 * DEGRADE in between must not leave us building the old mode */
+	mode = vbi_path_mode(&p->path);
+	since = p->recover_since_ns;
+	act = vbi_path_lane(&p->path);
+	need_lane = !act && since;
+	need_standby = !need_lane && ctx->attr.standby && !vbi_path_has_standby(&p->path) && act &&
+		       act->mode == VB_QPT_RC && mode == VB_QPT_RC;
+	need_probe = !need_lane && act && mode != VB_QPT_RC && !p->probe &&
+		     !vbi_path_recovering(&p->path);
+	for (struct vbi_lane *l = p->lanes; l; l = l->next)
+		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
+			waiting_hello = true;
+			/* an unreliable lane's HELLO may be lost: give up on it */
+			if (l->mode != VB_QPT_RC && now - l->created_ns > recover_timeout_ns(ctx))
+				vbi_lane_retire_locked(l);
+		}
+	pthread_mutex_unlock(&p->txlock);
+
+	if (need_lane && now - since > recover_timeout_ns(ctx)) {
+		pthread_mutex_lock(&p->txlock);
+		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
+		pthread_mutex_unlock(&p->txlock);
+		vbi_peer_pev_flush(p);
+		atomic_fetch_add(&ctx->st.path_downs, 1);
+		vbi_peer_failed(p, "no connection could be rebuilt in time");
+		return;
+	}
+	if (p->connector && !need_lane && mode != VB_QPT_RC)
+		maint_probe(node, p, now);
+	if (!p->connector || waiting_hello || (!need_lane && !need_standby && !need_probe) ||
+	    now < p->warm_after_ns || atomic_load(&node->stop))
+		return;
+	if ((rc = build_lane(node, p,
+			     need_lane ? VBI_LANE_REPLACE
+				       : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
+			     need_lane ? mode : VB_QPT_RC))) {
+		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
+		bool silent;
+
+		/* Its active connection failed, nothing arrived from it since
+		 * (for two keepalive periods at least: a live peer answers a
+		 * switch at once), and now its node refuses a connection (no
+		 * listener: the process is gone) or cannot be reached: it is
+		 * dead, not slow. Give it up now rather than after
+		 * recover_timeout (docs/recovery.md, "Detecting a dead peer"). */
+		pthread_mutex_lock(&p->txlock);
+		silent = p->fail_watch && p->last_rx_ms == p->rx_ms_at_fail &&
+			 vbi_now_ms() - p->last_rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
+		pthread_mutex_unlock(&p->txlock);
+		if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
+			char why[VBI_ERRMSG_MAX + 96];
+
+			snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
+				 "and a new one was %s (%s)",
+				 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
+			pthread_mutex_lock(&p->txlock);
+			vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now,
+				      VBI_PATH_F_NO_STANDBY);
+			pthread_mutex_unlock(&p->txlock);
+			vbi_peer_pev_flush(p);
+			atomic_fetch_add(&ctx->st.path_downs, 1);
+			vbi_peer_failed(p, why);
+			return;
+		}
+
+		if (need_probe)
+			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
+		p->warm_failures++;
+		p->warm_after_ns = vbi_mono_ns() + back;
+		vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
+			 need_lane ? "replacement" : need_probe ? "RC probe" : "standby",
+			 (unsigned long long)(back / 1000000), vbi_errmsg());
+	} else {
+		p->warm_failures = 0;
+	}
+}
+
+static void *maint_main(void *arg)
+{
+	struct vb_node *node = arg;
+	struct vb_ctx *ctx = node->ctx;
+
+	while (!atomic_load(&node->stop)) {
+		struct timespec dl;
+		struct vbi_peer *todo[VBI_MAX_PEERS];
+		unsigned n = 0;
+
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += 50000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&node->maint_lock);
+		if (!node->retiring)
+			pthread_cond_timedwait(&node->maint_cv, &node->maint_lock, &dl);
+		/* maint_retire below sees every lane marked so far (also those
+		 * another thread destroys itself, or leaves for a later round) */
+		node->retiring = 0;
+		pthread_mutex_unlock(&node->maint_lock);
+		if (atomic_load(&node->stop))
+			break;
+		vbi_node_pending_expire(node);
+		maint_retire(node);
+		vbi_node_backup_step(node);
+		vbi_node_reap(node);
+		/* Peers are freed only when the node is destroyed (after this
+		 * thread is joined): the snapshot stays valid. */
+		pthread_rwlock_rdlock(&node->lock);
+		for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
+			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
+				todo[n++] = p;
+		pthread_rwlock_unlock(&node->lock);
+		for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
+			maint_peer(node, todo[i]);
+		(void)ctx;
+	}
+	return NULL;
+}
+
+int vbi_maint_start(struct vb_node *node)
+{
+	int rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
+
+	if (rc)
+		return vbi_err(rc, "maintenance thread: %s", strerror(-rc));
+	node->maint_running = true;
+	return 0;
+}
+
+void vbi_maint_stop(struct vb_node *node)
+{
+	atomic_store(&node->stop, true);
+	if (node->maint_running) {
+		vbi_maint_kick(node);
+		pthread_join(node->maint_thread, NULL);
+		node->maint_running = false;
+	}
+}

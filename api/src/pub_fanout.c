@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FANOUT publishing: one sequence per publisher, datagrams laid out in the
+ * message's own registered buffer at an MTU stride, posted once per
+ * unicast subscriber's address handle and once to the topic's multicast
+ * group (when the device joined one), small messages batched into one
+ * datagram; heartbeats announce the tail so subscribers see a lost last
+ * message as a gap.
+ *
+ * Threads: any publishing thread (under ctx->ud_lock, then pub->lock); the
+ * progress thread flushes due batches and sends heartbeats.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <endian.h>
+#include <sys/random.h>
+#include <time.h>
+#include "api/src/vb_int.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- FANOUT ---------------------------------------------------------------------------------- */
+
+/* Live FANOUT unicast targets of @pub (subscribers not reached through its
+ * group). ud_lock and pub->lock held. */
+static unsigned fanout_targets(struct vb_pub *pub, struct vbi_peer **t, unsigned max)
+{
+	unsigned n = 0;
+
+	for (struct vbi_pubpeer *pp = pub->peers; pp && n < max; pp = pp->next_in_pub)
+		if (!pp->dead && !pp->peer->dead && pp->peer->ah && !pp->mcast)
+			t[n++] = pp->peer;
+	return n;
+}
+
+/*
+ * Post @ndg datagrams laid out at an MTU stride in @m (lengths in @len) to
+ * each of @nt targets and, with @grp, once to the group. ud_lock held; the
+ * caller checked ring space. Takes one reference per post and drops the
+ * caller's. A failed post is loss the subscribers will see as a gap.
+ */
+static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, uint32_t ndg,
+			const uint32_t *len, struct vbi_peer **targets, unsigned nt,
+			const struct vbt_mcast *grp)
+{
+	unsigned nd = nt + (grp != NULL);
+
+	atomic_fetch_add(&m->refs, (int)(nd * ndg));
+	for (unsigned t = 0; t < nd; t++) {
+		struct vbt_ah *ah = t < nt ? targets[t]->ah : grp->ah;
+		uint32_t qpn = t < nt ? targets[t]->ud.qpn : grp->remote_qpn;
+		uint32_t qkey = t < nt ? targets[t]->ud.qkey : grp->qkey;
+		uint32_t posted = 0;
+
+		for (uint32_t i = 0; i < ndg; i++) {
+			struct vbi_sctx *s = vbi_sring_take(&ctx->ud_sr);
+			struct vbt_sge sge = { (uintptr_t)m->buf.addr + (size_t)i * ctx->ud_mtu, len[i],
+					       m->buf.lkey };
+			struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge,
+						  .num_sge = 1, .opcode = VBT_WR_SEND, .ah = ah,
+						  .remote_qpn = qpn, .remote_qkey = qkey };
+			const struct vbt_send_wr *bad;
+			bool last = t + 1 == nd && i + 1 == ndg;
+
+			if (last || ++ctx->ud_sr.since_signal >= ctx->ud_sr.n / 4) {
+				wr.flags |= VBT_SEND_SIGNALED;
+				ctx->ud_sr.since_signal = 0;
+			}
+			if (sge.length <= ctx->ud_qp->cap.max_inline_data) {
+				wr.flags |= VBT_SEND_INLINE;
+				atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
+			}
+			s->ud_ref = m;
+			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
+				s->ud_ref = NULL;
+				vbi_sring_untake(&ctx->ud_sr);
+				vbi_msg_put(ctx, m);
+				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
+				continue;
+			}
+			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+			posted++;
+		}
+		if (t >= nt && posted)
+			vbi_mcast_sent(ctx, posted);
+	}
+	vbi_msg_put(ctx, m);
+}
+
+/* @m's buffer is in the pool of another device than the UD endpoint's (it
+ * moved: vbi_dev_reap): copy it over, since datagrams are posted from the
+ * message's own buffer. ud_lock held; nothing was posted from @m yet. */
+static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg *m)
+{
+	struct vbi_devres *dr = ctx->ud_dr;
+	struct vbi_buf nb;
+	int rc;
+
+	if (m->dr == dr)
+		return 0;
+	rc = vbi_mempool_alloc(dr->pool, m->buf.len, &nb);
+	if (rc)
+		return rc;
+	memcpy(nb.addr, m->buf.addr, m->buf.len);
+	vbi_mempool_free(m->dr->pool, m->buf.addr);
+	m->buf = nb;
+	m->dr = dr;
+	return 0;
+}
+
+/* Post @pub's pending batch datagram, if any. ud_lock and pub->lock held.
+ * -EAGAIN when the ring has no room for it (it stays pending). */
+static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
+{
+	struct vbi_peer *targets[VBI_MAX_PEERS];
+	struct vbi_msg *m = pub->batch;
+	const struct vbt_mcast *grp;
+	unsigned nt;
+
+	if (!m)
+		return 0;
+	if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
+		vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
+			 pub->topic, pub->batch_frames);
+		atomic_fetch_add(&ctx->st.lost, pub->batch_frames);
+		pub->batch = NULL;
+		vbi_msg_put(ctx, m);
+		return 0;
+	}
+	if (fanout_rehome(ctx, m))
+		return -EAGAIN; /* stays pending */
+	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
+	grp = vbi_mcast_pub_group(pub);
+	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
+		return -EAGAIN;
+	pub->batch = NULL;
+	pub->last_post_ns = vbi_now_ns();
+	if (pub->batch_frames > 1)
+		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
+					  memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, pub->batch_frames, memory_order_relaxed);
+	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt, grp);
+	return 0;
+}
+
+/* Progress thread: post FANOUT batches that are batch_us old (and have
+ * room in the datagram queue). */
+void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
+{
+	uint64_t now;
+
+	(void)idle;
+	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+		return;
+	now = vbi_now_ns();
+	atomic_store(&ctx->fanout_pending, false);
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			if (pub->cls != VB_FANOUT)
+				continue;
+			pthread_mutex_lock(&ctx->ud_lock);
+			pthread_mutex_lock(&pub->lock);
+			if (pub->batch && (now - pub->batch_since_ns < ctx->batch_ns ||
+					   fanout_flush_batch(ctx, pub)))
+				atomic_store(&ctx->fanout_pending, true);
+			pthread_mutex_unlock(&pub->lock);
+			pthread_mutex_unlock(&ctx->ud_lock);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/*
+ * FANOUT publish. A message that fits one datagram is appended to the
+ * publisher's batch datagram; the batch is posted at once when the datagram
+ * queue is not busy (no added latency when idle), else when it is full or
+ * the progress thread sees completions come back. Larger messages are
+ * fragmented into datagrams laid out in place.
+ */
+int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
+{
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint32_t mtu = ctx->ud_mtu, fmax = mtu - VBI_WIRE_HDR_LEN;
+	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
+	struct vbi_peer *targets[VBI_MAX_PEERS];
+	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
+	const struct vbt_mcast *grp;
+	unsigned nt, nd;
+	uint64_t seq;
+	int rc = 0;
+
+	pthread_mutex_lock(&ctx->ud_lock);
+	if (!ctx->ud_qp) {
+		pthread_mutex_unlock(&ctx->ud_lock);
+		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
+			       pub->topic, ctx->ud_dr->name);
+	}
+	if ((rc = fanout_rehome(ctx, m))) {
+		pthread_mutex_unlock(&ctx->ud_lock);
+		if (rc == -EAGAIN)
+			atomic_fetch_add(&ctx->st.backpressure, 1);
+		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
+	}
+	pthread_mutex_lock(&pub->lock);
+	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
+	grp = vbi_mcast_pub_group(pub);
+	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
+	if (nfrag == 1) {
+		size_t fs = vbi_wire_frame_size(m->len);
+		uint64_t now = vbi_now_ns();
+		bool busy = ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4 ||
+			    (ctx->batch_ns && now - pub->last_post_ns < ctx->batch_ns);
+
+		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
+			goto full;
+		if (!pub->batch) {
+			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd)
+				goto full;
+			pub->batch = m; /* this message's buffer becomes the batch */
+			pub->batch_off = 0;
+			pub->batch_frames = 0;
+			pub->batch_since_ns = now;
+		}
+		seq = ++pub->fanout_seq;
+		pub->last_pub_ms = vbi_now_ms();
+		{
+			struct vbi_wire_hdr h = {
+				.type = VBI_WT_DATA, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+				.session = pub->session, .topic = pub->topic_id, .seq = seq,
+				.len = m->len, .msg_len = m->len,
+			};
+			uint8_t *dst = (uint8_t *)pub->batch->buf.addr + pub->batch_off;
+
+			if (pub->batch != m)
+				memcpy(dst + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN,
+				       m->len);
+			vbi_wire_put(dst, &h);
+			memset(dst + VBI_WIRE_HDR_LEN + m->len, 0, fs - VBI_WIRE_HDR_LEN - m->len);
+			pub->batch_off += (uint32_t)fs;
+			pub->batch_frames++;
+		}
+		if (pub->batch != m)
+			vbi_msg_put(ctx, m); /* copied into the batch */
+		if (!busy || pub->batch_off + VBI_WIRE_HDR_LEN + 8 > mtu) {
+			fanout_flush_batch(ctx, pub);
+		} else {
+			atomic_store(&ctx->fanout_pending, true);
+			atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
+		}
+		goto done;
+	}
+	/* fragmented: the pending batch goes first, then every datagram */
+	if (fanout_flush_batch(ctx, pub) || ctx->ud_sr.n - ctx->ud_sr.outstanding < nd * nfrag)
+		goto full;
+	seq = ++pub->fanout_seq;
+	pub->last_pub_ms = vbi_now_ms();
+	/* Lay the datagrams out in place: fragment i at i * mtu, each its own
+	 * header, moving the payload up from the back so nothing is clobbered. */
+	for (uint32_t i = nfrag; i-- > 0;) {
+		uint32_t foff = i * fmax;
+		uint32_t flen = m->len - foff < fmax ? m->len - foff : fmax;
+		uint8_t *dg = (uint8_t *)m->buf.addr + (size_t)i * mtu;
+		struct vbi_wire_hdr h = {
+			.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
+			.seq = seq, .len = flen, .frag_off = foff, .msg_len = m->len,
+		};
+
+		if (!foff)
+			h.flags |= VBI_WF_FIRST;
+		if (foff + flen == m->len)
+			h.flags |= VBI_WF_LAST;
+		memmove(dg + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN + foff, flen);
+		vbi_wire_put(dg, &h);
+		lens[i] = VBI_WIRE_HDR_LEN + flen;
+	}
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
+	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
+	pub->last_post_ns = vbi_now_ns();
+done:
+	pthread_mutex_unlock(&pub->lock);
+	pthread_mutex_unlock(&ctx->ud_lock);
+	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
+	if (seq_out)
+		*seq_out = seq;
+	return rc;
+full:
+	pthread_mutex_unlock(&pub->lock);
+	pthread_mutex_unlock(&ctx->ud_lock);
+	atomic_fetch_add(&ctx->st.backpressure, 1);
+	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, %u needed)",
+		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nd * nfrag);
+}
+
+/*
+ * FANOUT tail-loss detection: once a publisher has been quiet for 50 ms
+ * (so its datagrams have all landed or are lost, never merely late), tell
+ * every subscriber its last sequence, three times (a heartbeat is a
+ * datagram too). Runs on the progress thread when it is idle.
+ */
+void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			uint8_t hb[VBI_WIRE_HDR_LEN];
+			const struct vbt_mcast *grp;
+			struct vbi_wire_hdr h = { .type = VBI_WT_HEARTBEAT, .session = pub->session,
+						  .topic = pub->topic_id };
+
+			if (pub->cls != VB_FANOUT)
+				continue;
+			pthread_mutex_lock(&ctx->ud_lock);
+			pthread_mutex_lock(&pub->lock);
+			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
+			    (pub->hb_seq == pub->fanout_seq && pub->hb_sent >= 3)) {
+				pthread_mutex_unlock(&pub->lock);
+				pthread_mutex_unlock(&ctx->ud_lock);
+				continue;
+			}
+			if (pub->hb_seq != pub->fanout_seq) {
+				pub->hb_seq = pub->fanout_seq;
+				pub->hb_sent = 0;
+			}
+			h.seq = pub->hb_seq;
+			vbi_wire_put(hb, &h);
+			grp = vbi_mcast_pub_group(pub);
+			/* each unicast subscriber, then (pp == NULL) the group once */
+			for (struct vbi_pubpeer *pp = pub->peers;; pp = pp->next_in_pub) {
+				struct vbt_sge sge = { (uintptr_t)hb, sizeof(hb), 0 };
+				struct vbt_send_wr wr = {
+					.sg_list = &sge, .num_sge = 1, .opcode = VBT_WR_SEND,
+					.flags = VBT_SEND_INLINE | VBT_SEND_SIGNALED,
+				};
+				const struct vbt_send_wr *bad;
+				struct vbi_sctx *sc;
+
+				if (!pp && !grp)
+					break;
+				if (pp) {
+					if (pp->dead || pp->peer->dead || !pp->peer->ah || pp->mcast)
+						continue;
+					wr.ah = pp->peer->ah;
+					wr.remote_qpn = pp->peer->ud.qpn;
+					wr.remote_qkey = pp->peer->ud.qkey;
+				} else {
+					wr.ah = grp->ah;
+					wr.remote_qpn = grp->remote_qpn;
+					wr.remote_qkey = grp->qkey;
+				}
+				if (ctx->ud_sr.outstanding < ctx->ud_sr.n &&
+				    sizeof(hb) <= ctx->ud_qp->cap.max_inline_data) {
+					sc = vbi_sring_take(&ctx->ud_sr);
+					wr.wr_id = (uintptr_t)sc;
+					ctx->ud_sr.since_signal = 0;
+					if (vbt_post_send(ctx->ud_qp, &wr, &bad))
+						vbi_sring_untake(&ctx->ud_sr);
+				}
+				if (!pp)
+					break;
+			}
+			pub->hb_sent++;
+			pthread_mutex_unlock(&pub->lock);
+			pthread_mutex_unlock(&ctx->ud_lock);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
