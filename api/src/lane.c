@@ -115,14 +115,15 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
-/* Receive slots (and the send ring) for all of @l from slot @from on:
- * allocated and posted. */
-static int lane_fill(struct vbi_lane *l, uint32_t from)
+/* Receive slots [@from, @to) of @l: allocated and posted. Every field of
+ * the lane is set before (the post publishes it to the progress thread:
+ * init_gen). */
+static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	int rc;
 
-	for (uint32_t i = from; i < l->nslots; i++) {
+	for (uint32_t i = from; i < to; i++) {
 		struct vbi_slot *s = &l->slots[i];
 
 		s->kind = VBI_WR_RC_RECV;
@@ -132,7 +133,7 @@ static int lane_fill(struct vbi_lane *l, uint32_t from)
 			return rc;
 	}
 	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
-	for (uint32_t i = from; i < l->nslots; i++)
+	for (uint32_t i = from; i < to; i++)
 		if ((rc = post_slot(l, &l->slots[i])))
 			return rc;
 	return 0;
@@ -147,7 +148,7 @@ int vbi_lane_commit(struct vbi_lane *l)
 		return 0;
 	rc = vbi_sring_add_bufs(ctx, &l->sr);
 	if (!rc)
-		rc = lane_fill(l, VBI_LEAN_SLOTS);
+		rc = lane_fill(l, VBI_LEAN_SLOTS, l->nslots);
 	if (rc)
 		return vbi_err_prefix(rc, "committing the connection's memory");
 	l->lean = false;
@@ -216,22 +217,18 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		 * vbi_lane_commit() adds the rest once the HELLO (and the proof
 		 * of the key) is valid. A connection that never sends one pins
 		 * VBI_LEAN_SLOTS of each. */
-		uint32_t all = l->nslots;
-
 		l->lean = true;
-		l->nslots = VBI_LEAN_SLOTS;
 		/* the send ring, with buffers for what goes before the commit
 		 * (an authentication proof, a refusal) */
 		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
 				    l, VBI_LEAN_SLOTS);
 		if (!rc)
-			rc = lane_fill(l, 0);
-		l->nslots = all;
+			rc = lane_fill(l, 0, VBI_LEAN_SLOTS);
 	} else {
 		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
 				    l, l->qp->cap.max_send_wr);
 		if (!rc)
-			rc = lane_fill(l, 0);
+			rc = lane_fill(l, 0, l->nslots);
 	}
 	if (rc)
 		goto err;
