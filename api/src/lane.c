@@ -888,11 +888,11 @@ void vbi_lane_refuse(struct vbi_lane *l, const char *why)
 
 	vbi_wire_put(buf, &h);
 	memcpy(buf + VBI_WIRE_HDR_LEN, why, n);
+	atomic_fetch_add(&ctx->st.refused, 1); /* counted before the peer can see it */
 	pthread_mutex_lock(l->lk);
 	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN + n))
 		vbi_info("refusal not sent: %s", vbi_errmsg());
 	pthread_mutex_unlock(l->lk);
-	atomic_fetch_add(&ctx->st.refused, 1);
 	vbi_event(ctx, VB_EV_PROTOCOL, "", "connection refused: %s", why);
 	/* dropped once the BYE has left (vbi_node_pending_expire), bounded */
 	l->refused_ns = vbi_mono_ns();

@@ -326,7 +326,11 @@ static void test_refused_with_reason(void **state)
 	       rc, vb_strerror(rc), vbt_now_ms() - t0, vb_errmsg());
 	assert_int_equal(rc, -ECONNREFUSED);
 	assert_non_null(strstr(vb_errmsg(), "max_peers (1) reached at node 'full-node'"));
-	vb_ctx_stats(lctx, &st);
+	for (t0 = vbt_now_ms();; usleep(1000)) { /* counted by the refusing node's thread */
+		vb_ctx_stats(lctx, &st);
+		if (st.refused >= 1 || vbt_now_ms() - t0 > 5000)
+			break;
+	}
 	assert_int_equal(st.refused, 1);
 	/* the first one is untouched; once it is gone the slot is free again */
 	assert_int_equal(vb_node_peers(c1), 1);
