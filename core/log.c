@@ -23,8 +23,10 @@ struct log_sink {
 
 static struct log_sink sink_default = { stderr_sink, NULL };
 static struct log_sink sink_user;
-static struct log_sink *_Atomic sink = &sink_default;
-static _Atomic int cur_level = -1;
+/* plain objects accessed only through the __atomic builtins (clang refuses
+ * those on _Atomic-qualified objects) */
+static struct log_sink *sink = &sink_default;
+static int cur_level = -1;
 static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 
 static void level_from_env(void)
