@@ -153,6 +153,19 @@ enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint
 	return VBI_RX_GAP;
 }
 
+uint64_t vbi_rx_heartbeat(struct vbi_rxstream *s, uint64_t seq)
+{
+	uint64_t lost;
+
+	if (!s->started || seq < s->next)
+		return 0;
+	lost = seq - s->next + 1;
+	s->next = seq + 1;
+	s->st.lost += lost;
+	s->st.gap_events++;
+	return lost;
+}
+
 bool vbi_rx_is_duplicate(const struct vbi_rxstream *s, uint32_t session, uint64_t seq)
 {
 	return s->started && session == s->session && seq < s->next;

@@ -116,6 +116,14 @@ void vbi_rx_init(struct vbi_rxstream *s, enum vbi_rx_mode mode);
 enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint32_t epoch,
 				  uint64_t seq, uint64_t *lost);
 
+/*
+ * FANOUT HEARTBEAT: the publisher's last message was @seq. When the stream
+ * has started and has not seen @seq yet, everything from the next expected
+ * message to @seq was lost: counted as one gap event, the stream moves past
+ * @seq, and the number lost is returned; else 0 and nothing changes.
+ */
+uint64_t vbi_rx_heartbeat(struct vbi_rxstream *s, uint64_t seq);
+
 /* Would @seq be a duplicate? (no state change; lets a receiver skip
  * reassembling a retransmitted fragmented message) */
 bool vbi_rx_is_duplicate(const struct vbi_rxstream *s, uint32_t session, uint64_t seq);

@@ -147,17 +147,11 @@ static int send_auth(struct vbi_lane *l, uint32_t op, uint64_t seq, uint32_t slo
 		     const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN + 2 * VBI_AUTH_MAC];
-	struct vbi_wire_hdr h = { .type = VBI_WT_AUTH, .frag_off = op, .seq = seq,
-				  .msg_len = slots, .len = alen + blen };
+	uint32_t n = vbi_wire_auth_encode(buf, op, seq, slots, a, alen, b, blen);
 	int rc;
 
-	vbi_wire_put(buf, &h);
-	if (alen)
-		memcpy(buf + VBI_WIRE_HDR_LEN, a, alen);
-	if (blen)
-		memcpy(buf + VBI_WIRE_HDR_LEN + alen, b, blen);
 	pthread_mutex_lock(l->lk);
-	rc = vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN + alen + blen);
+	rc = vbi_lane_send_ctrl(l, buf, n);
 	pthread_mutex_unlock(l->lk);
 	if (rc)
 		vbi_warn("lane QP %u: AUTH frame not sent: %d", l->qp->qpn, rc);
@@ -287,37 +281,37 @@ void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, c
 	unsigned st = atomic_load(&l->auth.state);
 	bool connector = l->peer && l->peer->connector;
 	uint8_t m[VBI_AUTH_MAC];
+	struct vbi_wire_auth a;
+	bool ok = vbi_wire_auth_decode(h, pl, &a) == 0; /* the op's payload is there */
 
 	if (st == VBI_AUTH_REFUSED)
 		return;
-	if (h->frag_off == VBI_AUTH_REFUSE && !atomic_load(&l->hello_rcvd)) {
-		refuse(l, 0, refusal_text(h->seq));
+	if (ok && a.op == VBI_AUTH_REFUSE && !atomic_load(&l->hello_rcvd)) {
+		refuse(l, 0, refusal_text(a.reason));
 		return;
 	}
-	if (h->frag_off == VBI_AUTH_PROOF && connector && st == VBI_AUTH_WAIT_PROOF &&
-	    h->len >= VBI_AUTH_NONCE + VBI_AUTH_MAC) {
-		if (h->msg_len >= 2 && h->msg_len <= (1u << 20)) {
+	if (ok && a.op == VBI_AUTH_PROOF && connector && st == VBI_AUTH_WAIT_PROOF) {
+		if (a.slots) {
 			pthread_mutex_lock(l->lk);
-			l->remote_slots = h->msg_len;
+			l->remote_slots = a.slots;
 			pthread_mutex_unlock(l->lk);
 		}
-		mac(ctx, m, LABEL_ACCEPT, l->auth.hello, VBI_HELLO_LEN_AUTH, pl, VBI_AUTH_NONCE);
-		if (sodium_memcmp(m, pl + VBI_AUTH_NONCE, VBI_AUTH_MAC)) {
+		mac(ctx, m, LABEL_ACCEPT, l->auth.hello, VBI_HELLO_LEN_AUTH, a.nonce, VBI_AUTH_NONCE);
+		if (sodium_memcmp(m, a.mac, VBI_AUTH_MAC)) {
 			refuse(l, VBI_AUTH_R_BAD_PROOF, "the peer's proof of the key does not verify: "
 			       "its key differs from ours");
 			return;
 		}
-		mac(ctx, m, LABEL_CONNECT, pl, VBI_AUTH_NONCE, l->auth.hello, VBI_HELLO_LEN_AUTH);
+		mac(ctx, m, LABEL_CONNECT, a.nonce, VBI_AUTH_NONCE, l->auth.hello, VBI_HELLO_LEN_AUTH);
 		atomic_store(&l->auth.state, VBI_AUTH_DONE);
 		if (send_auth(l, VBI_AUTH_ANSWER, 0, 0, m, VBI_AUTH_MAC, NULL, 0))
 			refuse(l, 0, "the answer to the peer's challenge could not be sent");
 		return;
 	}
-	if (h->frag_off == VBI_AUTH_ANSWER && !l->peer && st == VBI_AUTH_WAIT_ANSWER &&
-	    h->len >= VBI_AUTH_MAC) {
+	if (ok && a.op == VBI_AUTH_ANSWER && !l->peer && st == VBI_AUTH_WAIT_ANSWER) {
 		mac(ctx, m, LABEL_CONNECT, l->auth.nonce, VBI_AUTH_NONCE, l->auth.hello,
 		    VBI_HELLO_LEN_AUTH);
-		if (sodium_memcmp(m, pl, VBI_AUTH_MAC)) {
+		if (sodium_memcmp(m, a.mac, VBI_AUTH_MAC)) {
 			refuse(l, VBI_AUTH_R_BAD_PROOF, "the peer's answer to our challenge does not "
 			       "verify: another key, or a replayed handshake");
 			return;
@@ -360,13 +354,13 @@ bool vbi_rule_new_lane(struct vbi_lane *l, struct vbi_peer *p, uint32_t id, uint
 {
 	struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "lane numbering" };
 
+	struct vbi_wire_lanes st = { .max_lane_id = p->max_lane_id, .epoch_rx = p->lane_epoch_rx };
+
+	if (vbi_wire_lane_new_ok(&st, id, role))
+		return true;
 	if (role == VBI_LANE_PRIMARY) {
-		if (id == 1)
-			return true;
 		rule_broken(l, p, "HELLO: a first connection numbered %u (the connector "
 			    "numbers its lanes from 1): refused", id);
-	} else if (id > p->max_lane_id && id - p->max_lane_id <= VBI_LANE_ID_SLACK) {
-		return true;
 	} else {
 		rule_broken(l, p, "HELLO: new lane numbered %u, but lanes of this peer must be "
 			    "numbered %u..%u: refused", id, p->max_lane_id + 1,
@@ -379,31 +373,36 @@ bool vbi_rule_new_lane(struct vbi_lane *l, struct vbi_peer *p, uint32_t id, uint
 bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vbi_wire_hdr *h)
 {
 	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED);
+	struct vbi_wire_lanes st = { .max_lane_id = p->max_lane_id, .epoch_rx = p->lane_epoch_rx };
 
 	if (atomic_load(&l->dead) || p->dead)
 		return true; /* vbi_lane_on_switch ignores it (and says why) */
-	if (h->seq > UINT32_MAX)
+	switch (vbi_wire_lane_rule(&st, p->connector, l->role == VBI_LANE_PROBE, id, h)) {
+	case VBI_WLANE_WIDE:
 		return rule_broken(l, p, "LANE naming lane %llu (beyond 32 bits) dropped",
 				   (unsigned long long)h->seq);
-	if (h->epoch <= p->lane_epoch_rx)
+	case VBI_WLANE_EPOCH:
 		return rule_broken(l, p, "LANE with epoch %u, not after %u (epochs only move "
 				   "forward) dropped", h->epoch, p->lane_epoch_rx);
-	if (h->seq != id) {
-		/* only a promoted probe is renumbered, by the connector, to a
-		 * number after every lane it has */
-		if (p->connector || l->role != VBI_LANE_PROBE)
-			return rule_broken(l, p, "LANE naming lane %llu on lane %u dropped (only a "
-					   "promoted probe lane is renumbered)",
-					   (unsigned long long)h->seq, id);
-		if (h->seq <= p->max_lane_id || h->seq - p->max_lane_id > VBI_LANE_ID_SLACK)
-			return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (allowed "
-					   "%u..%u)", id, (unsigned long long)h->seq,
-					   p->max_lane_id + 1, p->max_lane_id + VBI_LANE_ID_SLACK);
+	case VBI_WLANE_NAME:
+		return rule_broken(l, p, "LANE naming lane %llu on lane %u dropped (only a "
+				   "promoted probe lane is renumbered)",
+				   (unsigned long long)h->seq, id);
+	case VBI_WLANE_RANGE:
+		return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (allowed "
+				   "%u..%u)", id, (unsigned long long)h->seq,
+				   p->max_lane_id + 1, p->max_lane_id + VBI_LANE_ID_SLACK);
+	case VBI_WLANE_RENUMBER:
+		/* a promoted probe, renumbered by the connector after every
+		 * lane it has */
 		pthread_mutex_lock(&p->txlock);
 		__atomic_store_n(&l->id, (uint32_t)h->seq, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&p->txlock);
-		p->max_lane_id = (uint32_t)h->seq;
+		break;
+	default:
+		break;
 	}
-	p->lane_epoch_rx = h->epoch;
+	p->max_lane_id = st.max_lane_id;
+	p->lane_epoch_rx = st.epoch_rx;
 	return true;
 }

@@ -19,25 +19,30 @@
 #include <stdint.h>
 
 #include "core/wire.h"
+#include "core/wire_msg.h"
 
 struct vb_ctx;
 struct vbi_lane;
 struct vbi_peer;
 
-#define VBI_AUTH_NONCE 32
-#define VBI_AUTH_MAC 32
+#define VBI_AUTH_NONCE VBI_WIRE_NONCE
+#define VBI_AUTH_MAC VBI_WIRE_AUTH_MAC
 #define VBI_AUTH_KEY_MIN 16
 #define VBI_AUTH_KEY_MAX 256
 /* HELLO (version 3) authentication section, after the 124 bytes of v3 */
-#define VBI_HELLO_AUTH_OFF 124   /* u32 flags: bit0 the sender has a key */
-#define VBI_HELLO_NONCE_OFF 128  /* 32 bytes: the connector's challenge */
-#define VBI_HELLO_LEN_AUTH 160
+#define VBI_HELLO_AUTH_OFF VBI_WIRE_HELLO_AUTH_OFF   /* u32 flags: bit0 the sender has a key */
+#define VBI_HELLO_NONCE_OFF VBI_WIRE_HELLO_NONCE_OFF /* 32 bytes: the connector's challenge */
+#define VBI_HELLO_LEN_AUTH VBI_WIRE_HELLO_LEN_AUTH
 /* A peer's new lane may be numbered at most this far above the highest
  * lane number seen from it (lanes the connector built whose HELLO has not
  * arrived here yet). */
-#define VBI_LANE_ID_SLACK 64u
+#define VBI_LANE_ID_SLACK VBI_WIRE_LANE_ID_SLACK
 
-enum vbi_auth_op { VBI_AUTH_PROOF = 0, VBI_AUTH_ANSWER = 1, VBI_AUTH_REFUSE = 2 };
+enum vbi_auth_op {
+	VBI_AUTH_PROOF = VBI_WAUTH_PROOF,
+	VBI_AUTH_ANSWER = VBI_WAUTH_ANSWER,
+	VBI_AUTH_REFUSE = VBI_WAUTH_REFUSE,
+};
 enum vbi_auth_reason {
 	VBI_AUTH_R_NEED_KEY = 1,  /* the sender requires a key; the receiver has none */
 	VBI_AUTH_R_NO_KEY = 2,    /* the sender has no key; the receiver offered one */

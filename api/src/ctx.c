@@ -235,15 +235,6 @@ uint64_t vbi_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-uint32_t vbi_topic_id(const char *name)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		h = (h ^ *p) * 16777619u;
-	return h ? h : 1;
-}
-
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
 {
 	(void)ctx;

@@ -45,26 +45,9 @@
 #include "core/log.h"
 #include "core/qp_handle.h"
 
-/* HELLO payload (little-endian), after the wire header. */
-enum {
-	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
-	HELLO_SLOTS = 28, HELLO_SLOT_SIZE = 32, HELLO_MAX_MSG = 36, HELLO_NAME = 40,
-	HELLO_UID = HELLO_NAME + VBI_NAME_MAX, /* 72: the sender node's random id */
-	HELLO_LANE = 80,      /* lane id (the connector's numbering) */
-	HELLO_ROLE = 84,      /* enum vbi_lane_role */
-	HELLO_SB_FAMILY = 88, /* standby listener: 0 none, 4 IPv4, 6 IPv6 */
-	HELLO_SB_PORT = 92,
-	HELLO_SB_ADDR = 96,   /* 16 bytes (IPv4 in the first 4) */
-	HELLO_MODE = 112,     /* v3: the lane's mode (enum vb_qp_type: 0 RC, 1 UC, 2 UD) */
-	HELLO_UC_PORT = 116,  /* v3: the sender's UC listener port (0: none) */
-	HELLO_UD_PORT = 120,  /* v3: the sender's UD listener port (0: none) */
-	HELLO_LEN = 124,
-};
-
-static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
-static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
+/* HELLO payload: core/wire_msg.h (vbi_wire_hello_encode/decode). */
+_Static_assert(VBI_LANE_PROBE == VBI_WIRE_ROLE_MAX, "HELLO roles");
+_Static_assert(VB_QPT_RC == 0 && VB_QPT_UC == 1 && VB_QPT_UD == 2, "HELLO modes");
 
 /* ---- RCU readers: any thread that posts, registered on first use -------------------- */
 
@@ -388,26 +371,26 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 	return rc;
 }
 
-static void addr_to_hello(const struct sockaddr_storage *ss, uint8_t *pl)
+static void addr_to_hello(const struct sockaddr_storage *ss, struct vbi_wire_hello *hi)
 {
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *s4 = (const void *)ss;
 
-		put32(pl + HELLO_SB_FAMILY, 4);
-		put32(pl + HELLO_SB_PORT, ntohs(s4->sin_port));
-		memcpy(pl + HELLO_SB_ADDR, &s4->sin_addr, 4);
+		hi->sb_family = 4;
+		hi->sb_port = ntohs(s4->sin_port);
+		memcpy(hi->sb_addr, &s4->sin_addr, 4);
 	} else if (ss->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const void *)ss;
 
-		put32(pl + HELLO_SB_FAMILY, 6);
-		put32(pl + HELLO_SB_PORT, ntohs(s6->sin6_port));
-		memcpy(pl + HELLO_SB_ADDR, &s6->sin6_addr, 16);
+		hi->sb_family = 6;
+		hi->sb_port = ntohs(s6->sin6_port);
+		memcpy(hi->sb_addr, &s6->sin6_addr, 16);
 	}
 }
 
-static void addr_from_hello(const uint8_t *pl, struct sockaddr_storage *ss)
+static void addr_from_hello(const struct vbi_wire_hello *hi, struct sockaddr_storage *ss)
 {
-	uint32_t fam = get32(pl + HELLO_SB_FAMILY), port = get32(pl + HELLO_SB_PORT);
+	uint32_t fam = hi->sb_family, port = hi->sb_port;
 
 	memset(ss, 0, sizeof(*ss));
 	if (port == 0 || port > 65535)
@@ -417,13 +400,13 @@ static void addr_from_hello(const uint8_t *pl, struct sockaddr_storage *ss)
 
 		s4->sin_family = AF_INET;
 		s4->sin_port = htons((uint16_t)port);
-		memcpy(&s4->sin_addr, pl + HELLO_SB_ADDR, 4);
+		memcpy(&s4->sin_addr, hi->sb_addr, 4);
 	} else if (fam == 6) {
 		struct sockaddr_in6 *s6 = (void *)ss;
 
 		s6->sin6_family = AF_INET6;
 		s6->sin6_port = htons((uint16_t)port);
-		memcpy(&s6->sin6_addr, pl + HELLO_SB_ADDR, 16);
+		memcpy(&s6->sin6_addr, hi->sb_addr, 16);
 	}
 }
 
@@ -434,6 +417,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_HELLO_LEN_AUTH];
 	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = VBI_HELLO_LEN_AUTH };
 	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+	struct vbi_wire_hello hi;
 	int rc;
 
 	if (l->mode == VB_QPT_UD && !atomic_load(&l->conn_ready)) {
@@ -447,27 +431,28 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	if (atomic_exchange(&l->hello_claim, true))
 		return; /* sent already */
 	vbi_wire_put(buf, &h);
-	memset(pl, 0, VBI_HELLO_LEN_AUTH);
-	put32(pl + HELLO_VERSION, VBI_HELLO_VERSION);
+	memset(&hi, 0, sizeof(hi));
+	hi.version = VBI_HELLO_VERSION;
 	{
 		struct vbt_peer ud;
 
 		vbi_ud_addr(ctx, &ud);
-		put32(pl + HELLO_UD_QPN, ud.qpn);
-		put32(pl + HELLO_UD_QKEY, ud.qkey);
-		memcpy(pl + HELLO_GID, ud.gid, 16);
+		hi.ud_qpn = ud.qpn;
+		hi.ud_qkey = ud.qkey;
+		memcpy(hi.gid, ud.gid, 16);
 	}
-	put32(pl + HELLO_SLOTS, l->nslots);
-	put32(pl + HELLO_SLOT_SIZE, (uint32_t)ctx->attr.slot_size);
-	put32(pl + HELLO_MAX_MSG, (uint32_t)ctx->attr.max_msg);
-	memcpy(pl + HELLO_NAME, node->name, strnlen(node->name, VBI_NAME_MAX - 1));
-	put64(pl + HELLO_UID, node->uid);
-	put32(pl + HELLO_LANE, l->id);
-	put32(pl + HELLO_ROLE, l->role);
-	addr_to_hello(&node->sb_listen, pl);
-	put32(pl + HELLO_MODE, l->mode);
-	put32(pl + HELLO_UC_PORT, atomic_load(&node->lport[2]));
-	put32(pl + HELLO_UD_PORT, atomic_load(&node->lport[3]));
+	hi.slots = l->nslots;
+	hi.slot_size = (uint32_t)ctx->attr.slot_size;
+	hi.max_msg = (uint32_t)ctx->attr.max_msg;
+	memcpy(hi.name, node->name, strnlen(node->name, VBI_NAME_MAX - 1));
+	hi.uid = node->uid;
+	hi.lane = l->id;
+	hi.role = l->role;
+	addr_to_hello(&node->sb_listen, &hi);
+	hi.mode = l->mode;
+	hi.uc_port = atomic_load(&node->lport[2]);
+	hi.ud_port = atomic_load(&node->lport[3]);
+	vbi_wire_hello_encode(&hi, pl);
 	vbi_hello_auth_put(l, pl); /* authentication section (auth.c) */
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
@@ -883,14 +868,11 @@ void vbi_lane_refuse(struct vbi_lane *l, const char *why)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_REFUSE_MAX];
-	uint32_t n = (uint32_t)strnlen(why, VBI_REFUSE_MAX);
-	struct vbi_wire_hdr h = { .type = VBI_WT_BYE, .len = n };
+	uint32_t n = vbi_wire_bye_encode(buf, why);
 
-	vbi_wire_put(buf, &h);
-	memcpy(buf + VBI_WIRE_HDR_LEN, why, n);
 	atomic_fetch_add(&ctx->st.refused, 1); /* counted before the peer can see it */
 	pthread_mutex_lock(l->lk);
-	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN + n))
+	if (vbi_lane_send_ctrl(l, buf, n))
 		vbi_info("refusal not sent: %s", vbi_errmsg());
 	pthread_mutex_unlock(l->lk);
 	vbi_event(ctx, VB_EV_PROTOCOL, "", "connection refused: %s", why);
@@ -945,23 +927,23 @@ void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint
 
 uint32_t vbi_udaddr_frame(struct vb_ctx *ctx, uint8_t *buf)
 {
-	struct vbi_wire_hdr h = { .type = VBI_WT_UDADDR, .len = VBI_UDADDR_LEN };
-	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+	struct vbi_wire_udaddr a;
 	struct vbt_peer ud;
 
 	vbi_ud_addr(ctx, &ud);
-	vbi_wire_put(buf, &h);
-	put32(pl, ud.qpn);
-	put32(pl + 4, ud.qkey);
-	memcpy(pl + 8, ud.gid, 16);
-	return VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN;
+	a.qpn = ud.qpn;
+	a.qkey = ud.qkey;
+	memcpy(a.gid, ud.gid, 16);
+	return vbi_wire_udaddr_encode(buf, &a);
 }
 
 void vbi_peer_on_udaddr(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl)
 {
-	if (h->len < VBI_UDADDR_LEN)
+	struct vbi_wire_udaddr a;
+
+	if (vbi_wire_udaddr_decode(h, pl, &a))
 		return;
-	vbi_peer_set_ud(p, get32(pl), get32(pl + 4), pl + 8);
+	vbi_peer_set_ud(p, a.qpn, a.qkey, a.gid);
 	vbi_info("peer '%s': its FANOUT endpoint moved (UD QP %u)", p->name, p->ud.qpn);
 }
 
@@ -974,24 +956,24 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_peer *p = l->peer;
+	struct vbi_wire_hello hi;
 	uint32_t slots, slot_size, role;
 	uint64_t uid;
+	int rc = vbi_wire_hello_decode(pl, h->len, &hi);
 
-	if (h->len < HELLO_LEN || get32(pl + HELLO_VERSION) != VBI_HELLO_VERSION ||
-	    atomic_load(&l->hello_rcvd)) {
+	if (rc == VBI_WHELLO_BAD || atomic_load(&l->hello_rcvd)) {
 		hello_bad(l, "bad or repeated HELLO dropped", false);
 		return;
 	}
-	slots = get32(pl + HELLO_SLOTS);
-	slot_size = get32(pl + HELLO_SLOT_SIZE);
-	role = get32(pl + HELLO_ROLE);
-	uid = get64(pl + HELLO_UID);
-	if (!slots || slots > (1u << 20) || slot_size < 1024 || slot_size > (1u << 20) ||
-	    slot_size % 64 || role > VBI_LANE_PROBE) {
+	slots = hi.slots;
+	slot_size = hi.slot_size;
+	role = hi.role;
+	uid = hi.uid;
+	if (rc != VBI_WHELLO_OK) {
 		hello_bad(l, "HELLO with impossible slot geometry or role", true);
 		return;
 	}
-	if (get32(pl + HELLO_MODE) != l->mode) {
+	if (hi.mode != l->mode) {
 		hello_bad(l, "HELLO announces another mode than the connection's", true);
 		return;
 	}
@@ -1034,16 +1016,16 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 				return;
 			}
 		}
-		if (!vbi_rule_new_lane(l, p, get32(pl + HELLO_LANE), role))
+		if (!vbi_rule_new_lane(l, p, hi.lane, role))
 			return;
-		if (get32(pl + HELLO_LANE) > p->max_lane_id)
-			p->max_lane_id = get32(pl + HELLO_LANE);
+		if (hi.lane > p->max_lane_id)
+			p->max_lane_id = hi.lane;
 		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next)
 			if (*q == l) {
 				*q = l->next;
 				break;
 			}
-		l->id = get32(pl + HELLO_LANE);
+		l->id = hi.lane;
 		l->role = (uint8_t)role;
 		pthread_mutex_lock(&p->txlock);
 		vbi_lane_bind(l, p);
@@ -1060,7 +1042,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 	l->remote_slots = slots;
 	p->remote_slot_size = slot_size;
 	{
-		uint32_t ucp = get32(pl + HELLO_UC_PORT), udp = get32(pl + HELLO_UD_PORT);
+		uint32_t ucp = hi.uc_port, udp = hi.ud_port;
 
 		p->uc_port = ucp <= 65535 ? (uint16_t)ucp : 0;
 		p->ud_port = udp <= 65535 ? (uint16_t)udp : 0;
@@ -1071,12 +1053,11 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 	if (!atomic_load(&p->up)) {
 		struct vbi_lane *old;
 
-		memcpy(p->name, pl + HELLO_NAME, VBI_NAME_MAX - 1);
+		memcpy(p->name, hi.name, VBI_NAME_MAX - 1);
 		p->name[VBI_NAME_MAX - 1] = '\0';
 		p->uid = uid;
-		addr_from_hello(pl, &p->sb_addr);
-		vbi_peer_set_ud(p, get32(pl + HELLO_UD_QPN), get32(pl + HELLO_UD_QKEY),
-				pl + HELLO_GID);
+		addr_from_hello(&hi, &p->sb_addr);
+		vbi_peer_set_ud(p, hi.ud_qpn, hi.ud_qkey, hi.gid);
 		pthread_mutex_lock(&p->txlock);
 		old = vbi_path_switch(&p->path, l, vbi_mono_ns(), &l->epoch);
 		pthread_mutex_unlock(&p->txlock);

@@ -226,11 +226,8 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 			if (rc)
 				break;
 		}
-		memset(buf + off, 0, vbi_wire_frame_size(h.len));
-		vbi_wire_put(buf + off, &h);
-		buf[off + VBI_WIRE_HDR_LEN] = (uint8_t)s->cls;
-		memcpy(buf + off + VBI_WIRE_HDR_LEN + 1, s->topic, nl);
-		off += vbi_wire_frame_size(h.len);
+		off += vbi_wire_sub_encode(buf + off, h.topic, h.epoch, (uint8_t)s->cls, s->topic,
+					   nl);
 	}
 	if (!rc && off) {
 		pthread_mutex_lock(&p->txlock);
@@ -279,8 +276,10 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 		   bool unsub)
 {
 	struct vb_ctx *ctx = p->node->ctx;
-	char name[VBI_TOPIC_MAX + 1];
+	struct vbi_wire_sub d;
+	const char *name;
 	struct vbi_rsub *r, **pp;
+	int rc;
 
 	if (unsub) {
 		for (pp = &p->rsubs; (r = *pp); pp = &r->next)
@@ -294,18 +293,18 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 				vbi_pub_drop_peer(pub, p);
 		return;
 	}
-	if (h->len < 2 || h->len > VBI_TOPIC_MAX + 1 || pl[0] > VB_FANOUT) {
+	rc = vbi_wire_sub_decode(h, pl, &d);
+	if (rc == VBI_WSUB_MALFORMED) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "malformed SUB dropped");
 		return;
 	}
-	memcpy(name, pl + 1, h->len - 1);
-	name[h->len - 1] = '\0';
-	if (vbi_topic_id(name) != h->topic || strlen(name) != h->len - 1) {
+	if (rc != VBI_WSUB_OK) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "SUB topic id does not match its name");
 		return;
 	}
+	name = d.name;
 	for (r = p->rsubs; r; r = r->next)
 		if (r->topic == h->topic)
 			return;
@@ -313,8 +312,8 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 	if (!r)
 		return;
 	r->topic = h->topic;
-	r->cls = pl[0];
-	r->mcast_group = r->cls == VB_FANOUT ? h->epoch : 0;
+	r->cls = d.cls;
+	r->mcast_group = d.mcast_group;
 	r->next = p->rsubs;
 	p->rsubs = r;
 	for (struct vb_pub *pub = p->node->pubs; pub; pub = pub->next) {
@@ -358,22 +357,22 @@ static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane
  * the buffer (frame boundaries after it cannot be trusted). */
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len)
 {
-	uint32_t off = 0;
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	int r;
 
-	while (off < len) {
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
-		struct vbi_wire_hdr h;
-		long r = vbi_wire_parse(buf + off, len - off, (uint32_t)ctx->attr.max_msg, &h);
-		const uint8_t *pl = buf + off + VBI_WIRE_HDR_LEN;
 
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st.malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
-				  "frame at offset %u of %u dropped: %s", off, len,
+				  "frame at offset %u of %u dropped: %s", w.off, len,
 				  vbi_wire_err_name((enum vbi_wire_err)-r));
 			return;
 		}
-		off += (uint32_t)r;
 		if (h.type == VBI_WT_HELLO || h.type == VBI_WT_AUTH) {
 			if (h.type == VBI_WT_HELLO)
 				vbi_lane_on_hello(l, &h, pl);
@@ -388,13 +387,8 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			/* our connection refused by the node we connect to, with its
 			 * reason (a refusal is a BYE instead of its HELLO) */
 			char why[VBI_REFUSE_MAX + 1];
-			uint32_t n = h.len < VBI_REFUSE_MAX ? h.len : VBI_REFUSE_MAX;
+			uint32_t n = vbi_wire_bye_reason(&h, pl, why);
 
-			memcpy(why, pl, n);
-			why[n] = '\0';
-			for (uint32_t i = 0; i < n; i++)
-				if (why[i] < 0x20 || why[i] > 0x7e)
-					why[i] = '?';
 			pthread_mutex_lock(&p->txlock);
 			snprintf(p->refused, sizeof(p->refused), "%s", n ? why : "no reason given");
 			pthread_mutex_unlock(&p->txlock);
@@ -421,15 +415,10 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 				bool bad;
 
 				pthread_mutex_lock(&p->txlock);
-				bad = l->returned_total + h.frag_off > l->sends_total;
-				if (bad && l->mode != VB_QPT_RC) {
-					/* after a credit resync (lost datagrams
-					 * assumed): late returns only refill */
-					l->returned_total = l->sends_total;
-					bad = false;
-				} else if (!bad) {
-					l->returned_total += h.frag_off;
-				}
+				/* unreliable lanes: after a credit resync (lost
+				 * datagrams assumed) late returns only refill */
+				bad = vbi_wire_credit_return(&l->returned_total, l->sends_total,
+							     h.frag_off, l->mode == VB_QPT_RC) < 0;
 				pthread_mutex_unlock(&p->txlock);
 				if (!bad)
 					atomic_store_explicit(&p->credit_rx_ns, vbi_mono_ns(),
@@ -665,8 +654,11 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 {
-	const uint8_t *buf = (const uint8_t *)slot->buf.addr + VBI_UD_GRH;
-	uint32_t len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0, off = 0;
+	const uint8_t *buf, *pl;
+	uint32_t len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &buf);
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	int r;
 
 	if (!len) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
@@ -674,10 +666,8 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 	}
 
 	pthread_mutex_lock(&ctx->lock);
-	while (off < len) {
-		struct vbi_wire_hdr h;
-		long r = vbi_wire_parse(buf + off, len - off, (uint32_t)ctx->attr.max_msg, &h);
-
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st.malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "datagram frame dropped: %s",
@@ -691,11 +681,10 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 				pthread_rwlock_rdlock(&n->lock);
 				s = vbi_sub_find(n, h.topic);
 				if (s && s->cls == VB_FANOUT)
-					vbi_sub_data(s, NULL, &h, buf + off + VBI_WIRE_HDR_LEN);
+					vbi_sub_data(s, NULL, &h, pl);
 				pthread_rwlock_unlock(&n->lock);
 			}
 		}
-		off += (uint32_t)r;
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	vbi_cb_flush(ctx); /* the callbacks read the slot: before it is posted again */

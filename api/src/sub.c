@@ -295,14 +295,10 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	}
 	if (h->type == VBI_WT_HEARTBEAT) {
 		/* FANOUT tail: h->seq was the publisher's last message. */
-		if (r->rx.started && h->seq >= r->rx.next) {
-			uint64_t lost = h->seq - r->rx.next + 1;
+		uint64_t lost = vbi_rx_heartbeat(&r->rx, h->seq);
 
-			r->rx.next = h->seq + 1;
-			r->rx.st.lost += lost;
-			r->rx.st.gap_events++;
+		if (lost)
 			report_gap(sub, r, lost, h->seq + 1);
-		}
 		return;
 	}
 	if ((h->flags & (VBI_WF_FIRST | VBI_WF_LAST)) == (VBI_WF_FIRST | VBI_WF_LAST)) {

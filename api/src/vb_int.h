@@ -49,17 +49,20 @@
 #include "core/sizing.h"
 #include "core/stream.h"
 #include "core/wire.h"
+#include "core/wire_msg.h"
 #include "transport/transport.h"
 #include "api/src/auth.h"
 
-#define VBI_TOPIC_MAX 63
-#define VBI_NAME_MAX 32
-#define VBI_REFUSE_MAX 128 /* bytes of reason a refusal (BYE before HELLO) carries */
-#define VBI_HELLO_VERSION 3 /* 2: lanes (node uid, lane id, role, standby address);
-			     * 3: + lane mode, UC/UD listener ports (degradation) */
+#define VBI_TOPIC_MAX VBI_WIRE_TOPIC_MAX
+#define VBI_NAME_MAX VBI_WIRE_NAME_MAX
+/* bytes of reason a refusal (BYE before HELLO) carries */
+#define VBI_REFUSE_MAX VBI_WIRE_REFUSE_MAX
+/* 2: lanes (node uid, lane id, role, standby address);
+ * 3: + lane mode, UC/UD listener ports (degradation) */
+#define VBI_HELLO_VERSION VBI_WIRE_HELLO_VERSION
 #define VBI_RTO_MS_DEFAULT 100 /* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
 #define VBI_NAK_RETRY_MS 20    /* a NAK for the same hole is repeated at most this often */
-#define VBI_UD_GRH 40
+#define VBI_UD_GRH VBI_WIRE_UD_GRH
 #define VBI_MAX_STREAMS_PER_SUB 1024 /* publisher sessions per subscriber */
 
 struct vbi_peer;
@@ -576,7 +579,6 @@ void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 /* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-uint32_t vbi_topic_id(const char *name);
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
 		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs);
 /* Batch buffers (slot_size) for the entries among the first @nbufs of
@@ -634,7 +636,7 @@ void vbi_peer_pev_flush(struct vbi_peer *p);
 int vbi_peer_init_path(struct vbi_peer *p);
 void vbi_peer_allow_degrade(struct vbi_peer *p);
 void vbi_dev_event(const struct vbt_event *ev, void *arg);
-#define VBI_UDADDR_LEN 24 /* UDADDR payload: qpn, qkey, gid */
+#define VBI_UDADDR_LEN VBI_WIRE_UDADDR_LEN /* UDADDR payload: qpn, qkey, gid */
 /* Our UD endpoint's address (for HELLO and UDADDR frames); any thread. */
 void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out);
 /* @p's UD endpoint (HELLO, UDADDR): its address handle is rebuilt on the
