@@ -126,6 +126,10 @@ enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint
 
 	if (lost)
 		*lost = 0;
+	if (seq == 0 || seq > VBI_SEQ_MAX) {
+		s->st.invalid++;
+		return VBI_RX_INVALID;
+	}
 	if (!s->started || session != s->session)
 		rx_start(s, session, epoch, seq);
 	if (epoch > s->epoch)
@@ -157,6 +161,10 @@ uint64_t vbi_rx_heartbeat(struct vbi_rxstream *s, uint64_t seq)
 {
 	uint64_t lost;
 
+	if (seq > VBI_SEQ_MAX) {
+		s->st.invalid++;
+		return 0;
+	}
 	if (!s->started || seq < s->next)
 		return 0;
 	lost = seq - s->next + 1;

@@ -89,10 +89,17 @@ enum vbi_rx_verdict {
 	VBI_RX_GAP,       /* FANOUT: *lost messages never came; deliver this one */
 	VBI_RX_DUPLICATE, /* already delivered: drop */
 	VBI_RX_AHEAD,     /* ORDERED: beyond the next expected; *lost are missing */
+	VBI_RX_INVALID,   /* seq 0 or above VBI_SEQ_MAX: a peer's fault, drop */
 };
 
+/* The highest sequence number a stream accepts. Sequences start at 1 and
+ * never reach 2^64 - 1 in practice; a peer announcing it would wrap the
+ * next expected seq to 0 (everything after it taken for new messages:
+ * duplicates delivered again, a gap of ~2^64 reported). */
+#define VBI_SEQ_MAX (UINT64_MAX - 1)
+
 struct vbi_rx_stats {
-	uint64_t delivered, duplicates, gap_events, lost, ahead, sessions;
+	uint64_t delivered, duplicates, gap_events, lost, ahead, sessions, invalid;
 };
 
 struct vbi_rxstream {
@@ -111,7 +118,9 @@ void vbi_rx_init(struct vbi_rxstream *s, enum vbi_rx_mode mode);
  * advance the stream. A stream that has not started, or a new session,
  * starts at @seq: a late joiner begins with the next message it sees and
  * reports no gap for what came before it. *@lost (may be NULL) receives the
- * number of missing messages for GAP/AHEAD. AHEAD leaves the stream as is.
+ * number of missing messages for GAP/AHEAD. AHEAD leaves the stream as is;
+ * so does INVALID (@seq 0 or above VBI_SEQ_MAX, counted in st.invalid; it
+ * starts no stream either).
  */
 enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint32_t epoch,
 				  uint64_t seq, uint64_t *lost);
@@ -120,7 +129,8 @@ enum vbi_rx_verdict vbi_rx_accept(struct vbi_rxstream *s, uint32_t session, uint
  * FANOUT HEARTBEAT: the publisher's last message was @seq. When the stream
  * has started and has not seen @seq yet, everything from the next expected
  * message to @seq was lost: counted as one gap event, the stream moves past
- * @seq, and the number lost is returned; else 0 and nothing changes.
+ * @seq, and the number lost is returned; else 0 and nothing changes (also
+ * for @seq above VBI_SEQ_MAX, counted in st.invalid).
  */
 uint64_t vbi_rx_heartbeat(struct vbi_rxstream *s, uint64_t seq);
 

@@ -244,6 +244,12 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 			  "'%s' seq %llu arrived, %llu expected: dropped", sub->topic,
 			  (unsigned long long)h->seq, (unsigned long long)r->rx.next);
 		return false;
+	case VBI_RX_INVALID: /* seq 2^64 - 1: it would wrap the stream (core/stream.h) */
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "(datagram)",
+			  "'%s' seq %llu out of range: dropped", sub->topic,
+			  (unsigned long long)h->seq);
+		return false;
 	case VBI_RX_GAP:
 		report_gap(sub, r, lost, h->seq);
 		break;

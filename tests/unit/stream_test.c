@@ -112,6 +112,33 @@ static void test_rx_fanout_gaps_and_late_join(void **state)
 	assert_false(vbi_rx_is_duplicate(&s, 1, 1));
 }
 
+/* fanout_fuzz regression (tests/fuzz/corpus/fanout/regress-seq-max): a
+ * message or HEARTBEAT with seq 2^64 - 1 wrapped the next expected seq to
+ * 0, so what followed was delivered again, with a gap of ~2^64. */
+static void test_rx_seq_max_refused(void **state)
+{
+	struct vbi_rxstream s;
+	uint64_t lost;
+
+	for (int mode = VBI_RX_ORDERED; mode <= VBI_RX_FANOUT; mode++) {
+		vbi_rx_init(&s, (enum vbi_rx_mode)mode);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, UINT64_MAX, &lost), VBI_RX_INVALID);
+		assert_false(s.started);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, 0, &lost), VBI_RX_INVALID);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, 5, &lost), VBI_RX_DELIVER);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, UINT64_MAX, &lost), VBI_RX_INVALID);
+		assert_int_equal(s.next, 6);
+		assert_int_equal(vbi_rx_heartbeat(&s, UINT64_MAX), 0);
+		assert_int_equal(s.next, 6);
+		assert_int_equal(s.st.invalid, 4);
+		assert_int_equal(vbi_rx_heartbeat(&s, 7), 2);
+		assert_int_equal(s.next, 8);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, 6, &lost), VBI_RX_DUPLICATE);
+		assert_int_equal(vbi_rx_accept(&s, 1, 0, VBI_SEQ_MAX, &lost),
+				 mode == VBI_RX_FANOUT ? VBI_RX_GAP : VBI_RX_AHEAD);
+	}
+}
+
 static void test_rx_ordered_dedup_across_failover(void **state)
 {
 	struct vbi_rxstream s;
@@ -221,6 +248,7 @@ int main(void)
 		cmocka_unit_test(test_txwin_backpressure_and_ack),
 		cmocka_unit_test(test_quorum),
 		cmocka_unit_test(test_rx_fanout_gaps_and_late_join),
+		cmocka_unit_test(test_rx_seq_max_refused),
 		cmocka_unit_test(test_rx_ordered_dedup_across_failover),
 		cmocka_unit_test(test_reassembly),
 	};
