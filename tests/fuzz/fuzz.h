@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared helpers of the libFuzzer targets (docs/testing.md, "Fuzzing and
+ * static analysis"). Each target feeds its input through the same core/
+ * functions api/src calls on received bytes and checks invariants; a
+ * broken invariant aborts (libFuzzer saves the input as a crash).
+ */
+#ifndef VERBUS_TESTS_FUZZ_H
+#define VERBUS_TESTS_FUZZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/wire.h"
+#include "core/wire_msg.h"
+
+#define FUZZ_CHECK(c)                                                                          \
+	do {                                                                                   \
+		if (!(c)) {                                                                    \
+			fprintf(stderr, "fuzz invariant failed: %s (%s:%d)\n", #c, __FILE__,    \
+				__LINE__);                                                     \
+			abort();                                                               \
+		}                                                                              \
+	} while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The receive limit the targets walk with (ctx->attr.max_msg in the
+ * library; 1 MiB keeps reassembly allocations small). */
+#define FUZZ_MAX_MSG (1u << 20)
+
+/* Walk @len bytes at @buf as the library does; checks the walk's own
+ * invariants and calls @fn for every frame. Returns the walk's end code
+ * (0 or a negative enum vbi_wire_err). */
+typedef void (*fuzz_frame_fn)(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg);
+
+static inline int fuzz_walk(const uint8_t *buf, uint32_t len, fuzz_frame_fn fn, void *arg)
+{
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	uint32_t prev = 0;
+	int r;
+
+	vbi_wire_walk_init(&w, buf, len, FUZZ_MAX_MSG);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
+		FUZZ_CHECK(pl == buf + prev + VBI_WIRE_HDR_LEN);
+		FUZZ_CHECK((size_t)prev + VBI_WIRE_HDR_LEN + h.len <= len);
+		FUZZ_CHECK(w.off > prev && w.off <= len);
+		FUZZ_CHECK(h.type >= VBI_WT_DATA && h.type <= VBI_WT__MAX);
+		if (h.type == VBI_WT_DATA) {
+			FUZZ_CHECK(h.msg_len <= FUZZ_MAX_MSG && h.seq != 0);
+			FUZZ_CHECK(h.frag_off <= h.msg_len && h.len <= h.msg_len - h.frag_off);
+		}
+		prev = w.off;
+		if (fn)
+			fn(&h, pl, arg);
+	}
+	if (r < 0) {
+		/* sticky: the rest of the buffer is never looked at */
+		FUZZ_CHECK(w.off == prev);
+		FUZZ_CHECK(vbi_wire_walk_next(&w, &h, &pl) == r);
+	} else {
+		FUZZ_CHECK(w.off >= len);
+	}
+	return r;
+}
+
+#endif
