@@ -20,7 +20,7 @@ int vbi_err_at(const char *func, int line, int rc, const char *fmt, ...)
 	return rc;
 }
 
-int vbi_err_prefix(int rc, const char *fmt, ...)
+int vbi_err_prefix_fn(int rc, const char *fmt, ...)
 {
 	char old[VBI_ERRMSG_MAX];
 	size_t n, olen;

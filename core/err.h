@@ -17,10 +17,26 @@
  * errno) so callers can write `return vbi_err(-EINVAL, "...")`. */
 int vbi_err_at(const char *func, int line, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-#define vbi_err(rc, ...) vbi_err_at(__func__, __LINE__, (rc), __VA_ARGS__)
 
 /* Prepend context to this thread's message; returns rc unchanged. */
-int vbi_err_prefix(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int vbi_err_prefix_fn(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The macros evaluate rc once and yield it visibly (not through the
+ * functions' return value, which another translation unit defines): the
+ * static analyzer (docs/testing.md) then knows that `return vbi_err(rc, ...)`
+ * returns rc, instead of exploring a "returned 0" path after every error. */
+#define vbi_err(rc, ...)                                                            \
+	__extension__({                                                             \
+		int vbi_err_rc_ = (rc);                                             \
+		(void)vbi_err_at(__func__, __LINE__, vbi_err_rc_, __VA_ARGS__);     \
+		vbi_err_rc_;                                                        \
+	})
+#define vbi_err_prefix(rc, ...)                                                     \
+	__extension__({                                                             \
+		int vbi_err_rc_ = (rc);                                             \
+		(void)vbi_err_prefix_fn(vbi_err_rc_, __VA_ARGS__);                  \
+		vbi_err_rc_;                                                        \
+	})
 
 /* Clear this thread's message. */
 void vbi_err_clear(void);

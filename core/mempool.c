@@ -398,7 +398,7 @@ static void *mp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, siz
 		if (k->state != MP_ACTIVE || (k->used && k->kind != kind))
 			continue;
 		a = bits_best_fit(k, n, step, &run);
-		if (a >= 0 && (run < best || (run == best && k->used > c->used))) {
+		if (a >= 0 && (run < best || (run == best && c && k->used > c->used))) {
 			c = k;
 			at = a;
 			best = run;

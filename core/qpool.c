@@ -204,10 +204,8 @@ int vbi_qpool_release(struct vbi_qpool *p, struct vbi_qpe *q)
 
 	if (!q)
 		return 0;
-	if (vbi_qpe_qp(q)->send_cq != p->attr.cq || vbi_qpe_type(q) != p->attr.type) {
-		rc = 0;
+	if (vbi_qpe_qp(q)->send_cq != p->attr.cq || vbi_qpe_type(q) != p->attr.type)
 		goto destroy;
-	}
 	pthread_mutex_lock(&p->lock);
 	rc = p->n < p->attr.max;
 	pthread_mutex_unlock(&p->lock);

@@ -1141,13 +1141,14 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	struct vb_ctx *ctx = node->ctx;
 	bool bound = l->peer != NULL;
 	const uint8_t *data = slot->buf.addr;
+	unsigned drop_every;
 
 	if (l->mode == VB_QPT_UD) { /* a datagram: after the GRH */
 		byte_len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0;
 		data += VBI_UD_GRH;
 	}
-	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) && test_drop_every() &&
-	    ++l->rx_count % test_drop_every() == 0) {
+	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) &&
+	    (drop_every = test_drop_every()) && ++l->rx_count % drop_every == 0) {
 		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {
 			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
 						     "receive repost failed" };

@@ -404,7 +404,7 @@ uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id)
 	group = group_of(m, topic_id);
 	group_sockaddr(group, &sa);
 	if (m->qp_broken) {
-		rc = vbi_err(-EIO, "the multicast QP could not be set up earlier");
+		vbi_err(-EIO, "the multicast QP could not be set up earlier");
 		goto fail;
 	}
 	if (!m->qp) {
@@ -437,8 +437,8 @@ uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id)
 			goto fail;
 		}
 	} else if (mc->qkey != m->qkey) {
-		rc = vbi_err(-EPROTO, "group Q_Key %#x differs from the multicast QP's %#x",
-			     mc->qkey, m->qkey);
+		vbi_err(-EPROTO, "group Q_Key %#x differs from the multicast QP's %#x", mc->qkey,
+			m->qkey);
 		leave(ctx, mc);
 		mc = NULL;
 		goto fail;

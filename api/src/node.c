@@ -1129,7 +1129,7 @@ int vb_node_connect_backup(vb_node_t *node, const char *ip, uint16_t port, const
 	if (!memcmp(&a, &b, sizeof(a)))
 		return vbi_err(-EINVAL, "backup %s:%u is the primary itself", backup_ip,
 			       backup_port);
-	if (!(rc = connect_addr(node, &a, &b)))
+	if (!connect_addr(node, &a, &b))
 		return 0;
 	snprintf(first, sizeof(first), "%s", vbi_errmsg());
 	vbi_warn("primary %s:%u not reachable (%s): trying the backup %s:%u", ip, port, first,
