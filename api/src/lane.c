@@ -1143,10 +1143,8 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	const uint8_t *data = slot->buf.addr;
 	unsigned drop_every;
 
-	if (l->mode == VB_QPT_UD) { /* a datagram: after the GRH */
-		byte_len = byte_len > VBI_UD_GRH ? byte_len - VBI_UD_GRH : 0;
-		data += VBI_UD_GRH;
-	}
+	if (l->mode == VB_QPT_UD) /* a datagram: after the GRH */
+		byte_len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &data);
 	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) &&
 	    (drop_every = test_drop_every()) && ++l->rx_count % drop_every == 0) {
 		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {
