@@ -14,6 +14,9 @@ PKGS=(
   libsodium-dev
   # tests
   libcmocka-dev
+  # fuzzing and static analysis (docs/testing.md): clang, libFuzzer and the
+  # sanitizer runtimes (libclang-rt-14-dev), scan-build (clang-tools)
+  clang clang-tools libclang-rt-14-dev
   # RDMA user space: providers (rxe), tools used by tests (rdma res show)
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils iproute2 perftest
   # Soft-RoCE VM (used when the host has no RDMA device)
