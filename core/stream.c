@@ -80,6 +80,26 @@ int vbi_txwin_drain(struct vbi_txwin *w, vbi_txwin_release_fn release, void *arg
 	return vbi_txwin_ack(w, w->next_seq - 1, release, arg);
 }
 
+/* ---- go-back-N cursor --------------------------------------------------------- */
+
+int vbi_txcursor_nak(struct vbi_txcursor *c, uint64_t seq, uint64_t now_ns, uint64_t hold_ns,
+		     uint64_t *resend)
+{
+	*resend = 0;
+	if (!seq || seq > c->high + 1 || seq <= c->acked)
+		return 0;
+	if (!(c->sent >= seq || (c->frag_sent && c->sent + 1 == seq)))
+		return 0;
+	if (seq == c->nak_seq && now_ns - c->nak_ns < hold_ns)
+		return 0;
+	*resend = c->sent - (seq - 1);
+	c->sent = seq - 1;
+	c->frag_sent = 0;
+	c->nak_seq = seq;
+	c->nak_ns = now_ns;
+	return 1;
+}
+
 /* ---- k-of-n --------------------------------------------------------------- */
 
 int vbi_quorum_seq(const uint64_t *acked, unsigned n, unsigned k, uint64_t *out)

@@ -69,6 +69,31 @@ int vbi_txwin_ack(struct vbi_txwin *w, uint64_t seq, vbi_txwin_release_fn releas
 /* Release every entry (teardown); returns how many. */
 int vbi_txwin_drain(struct vbi_txwin *w, vbi_txwin_release_fn release, void *arg);
 
+/* ---- publisher: go-back-N cursor toward one subscriber (NAK) ----------- */
+
+/* What a NAK is judged against (a copy of the caller's per-subscriber state). */
+struct vbi_txcursor {
+	uint64_t sent;      /* highest seq framed to the subscriber */
+	uint64_t high;      /* highest seq ever framed (sent may be rewound below it) */
+	uint64_t acked;     /* highest seq it acknowledged */
+	uint32_t frag_sent; /* bytes of message sent + 1 already framed (0: none) */
+	uint64_t nak_seq;   /* the last NAK acted upon ... */
+	uint64_t nak_ns;    /* ... and when */
+};
+
+/*
+ * A NAK for @seq (the first message the subscriber misses) at @now_ns. It
+ * is acted upon when @seq is unacknowledged, at most high + 1, and framed
+ * already (or its fragments are being framed), unless it repeats the NAK
+ * acted upon less than @hold_ns ago (what was resent is on its way). Then
+ * the cursor goes back to @seq - 1 (frag_sent 0, nak_seq/nak_ns set),
+ * *@resend gets the number of whole messages to send again (0 when only a
+ * partly framed message restarts) and 1 is returned; else 0, nothing
+ * changes. Pure; the caller holds what protects its cursor.
+ */
+int vbi_txcursor_nak(struct vbi_txcursor *c, uint64_t seq, uint64_t now_ns, uint64_t hold_ns,
+		     uint64_t *resend);
+
 /* ---- k-of-n acknowledgement -------------------------------------------- */
 
 /*

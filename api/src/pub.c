@@ -218,15 +218,18 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		if (pub->session != h->session || pub->topic_id != h->topic)
 			continue;
 		pthread_mutex_lock(&pub->lock);
-		if (!pp->dead && h->seq <= pp->high + 1 && h->seq > pp->acked &&
-		    (pp->sent >= h->seq || (pp->frag_sent && pp->sent + 1 == h->seq)) &&
-		    (h->seq != pp->nak_seq || now - pp->nak_ns >= vbi_rto_ns() / 2)) {
-			n = pp->sent - (h->seq - 1);
-			pp->sent = h->seq - 1;
-			pp->frag_sent = 0;
-			pp->nak_seq = h->seq;
-			pp->nak_ns = now;
-			pp->progress_ns = now;
+		if (!pp->dead) {
+			struct vbi_txcursor c = { .sent = pp->sent, .high = pp->high,
+						  .acked = pp->acked, .frag_sent = pp->frag_sent,
+						  .nak_seq = pp->nak_seq, .nak_ns = pp->nak_ns };
+
+			if (vbi_txcursor_nak(&c, h->seq, now, vbi_rto_ns() / 2, &n)) {
+				pp->sent = c.sent;
+				pp->frag_sent = c.frag_sent;
+				pp->nak_seq = c.nak_seq;
+				pp->nak_ns = c.nak_ns;
+				pp->progress_ns = now;
+			}
 		}
 		pthread_mutex_unlock(&pub->lock);
 		break;

@@ -6,10 +6,14 @@
  * for our own sends (vbi_txwin_push, one credit each); ACK frames return
  * credits (vbi_wire_credit_return, as vbi_dispatch_frames does) and
  * acknowledge (as vbi_pub_on_ack: an ack beyond what was sent is refused,
- * else vbi_txwin_ack); a NAK acknowledges everything before its seq
- * (vbi_pub_on_nak). Checks: acked never exceeds sent; entries are released
- * exactly once, in order; the window never holds more than its size;
- * returned credits never exceed the sends.
+ * else vbi_txwin_ack); a NAK acknowledges everything before its seq and
+ * rewinds the subscriber's cursor (vbi_pub_on_nak: vbi_txcursor_nak; the
+ * frame's epoch stands for the clock). A DATA fragment that is not the
+ * last leaves its message partly framed (frag_sent). Checks: acked never
+ * exceeds sent; entries are released exactly once, in order; the window
+ * never holds more than its size; returned credits never exceed the sends;
+ * a rewind goes back to seq - 1, never below what was acknowledged nor
+ * above what was framed, and resends what was framed after it.
  */
 #include <errno.h>
 #include <string.h>
@@ -23,6 +27,7 @@ struct pubstate {
 	uint64_t released_upto; /* the release callback's last seq */
 	uint64_t sends, returned;
 	bool reliable;
+	struct vbi_txcursor c; /* the one subscriber's go-back-N cursor */
 };
 
 static void release(void *ctx, uint64_t seq, void *arg)
@@ -45,6 +50,25 @@ static void ack(struct pubstate *s, uint64_t seq)
 	FUZZ_CHECK(n >= 0);
 	FUZZ_CHECK((uint64_t)n == (seq > before ? seq - before : 0));
 	FUZZ_CHECK(s->w.acked == (seq > before ? seq : before));
+	if (seq > s->c.acked)
+		s->c.acked = seq;
+}
+
+static void nak(struct pubstate *s, const struct vbi_wire_hdr *h)
+{
+	struct vbi_txcursor before = s->c;
+	uint64_t resend = 7;
+	int acted = vbi_txcursor_nak(&s->c, h->seq, h->epoch, 4, &resend);
+
+	if (!acted) {
+		FUZZ_CHECK(resend == 0 && !memcmp(&before, &s->c, sizeof(before)));
+		return;
+	}
+	FUZZ_CHECK(h->seq > before.acked && h->seq <= before.high + 1);
+	FUZZ_CHECK(s->c.sent == h->seq - 1 && s->c.sent >= s->c.acked && s->c.sent <= s->c.high);
+	FUZZ_CHECK(resend == before.sent - s->c.sent && s->c.frag_sent == 0);
+	FUZZ_CHECK(s->c.nak_seq == h->seq && s->c.nak_ns == h->epoch);
+	FUZZ_CHECK(before.nak_seq != h->seq || h->epoch - before.nak_ns >= 4);
 }
 
 static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
@@ -66,6 +90,15 @@ static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
 		FUZZ_CHECK(vbi_txwin_get(&s->w, seq) && vbi_txwin_get(&s->w, seq)->seq == seq);
 		s->high = seq;
 		s->sends++;
+		/* framed to the subscriber: whole, or its first fragments only */
+		s->c.high = seq;
+		if (h->flags & VBI_WF_LAST) {
+			s->c.sent = seq;
+			s->c.frag_sent = 0;
+		} else {
+			s->c.sent = seq - 1;
+			s->c.frag_sent = h->len + 1;
+		}
 		break;
 	}
 	case VBI_WT_ACK:
@@ -82,8 +115,11 @@ static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
 			ack(s, h->seq);
 		break;
 	case VBI_WT_NAK:
-		if (h->session && h->seq > 1)
+		if (!h->session || !h->seq)
+			break;
+		if (h->seq > 1)
 			ack(s, h->seq - 1);
+		nak(s, h);
 		break;
 	default:
 		break;
@@ -93,6 +129,7 @@ static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
 	FUZZ_CHECK(vbi_txwin_inflight(&s->w) <= s->w.cap);
 	FUZZ_CHECK(s->released_upto == s->w.acked);
 	FUZZ_CHECK(!vbi_txwin_get(&s->w, s->w.acked) && !vbi_txwin_get(&s->w, s->w.next_seq));
+	FUZZ_CHECK(s->c.acked <= s->c.high && s->c.sent <= s->c.high);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -139,6 +139,29 @@ static void test_rx_seq_max_refused(void **state)
 	}
 }
 
+static void test_txcursor_nak(void **state)
+{
+	struct vbi_txcursor c = { .sent = 10, .high = 10, .acked = 4 };
+	uint64_t n;
+
+	assert_int_equal(vbi_txcursor_nak(&c, 4, 100, 50, &n), 0); /* acknowledged */
+	assert_int_equal(vbi_txcursor_nak(&c, 12, 100, 50, &n), 0); /* beyond high + 1 */
+	assert_int_equal(vbi_txcursor_nak(&c, 7, 100, 50, &n), 1);
+	assert_int_equal(n, 4);
+	assert_int_equal(c.sent, 6);
+	assert_int_equal(vbi_txcursor_nak(&c, 7, 120, 50, &n), 0); /* repeated, too soon */
+	assert_int_equal(n, 0);
+	c.sent = 8;
+	assert_int_equal(vbi_txcursor_nak(&c, 7, 150, 50, &n), 1); /* repeated, later */
+	assert_int_equal(n, 2);
+	/* 7 partly framed (fragments): it restarts, nothing whole to resend */
+	c.frag_sent = 100;
+	assert_int_equal(vbi_txcursor_nak(&c, 7, 300, 50, &n), 1);
+	assert_int_equal(n, 0);
+	assert_int_equal(c.frag_sent, 0);
+	assert_int_equal(vbi_txcursor_nak(&c, 8, 400, 50, &n), 0); /* not framed yet */
+}
+
 static void test_rx_ordered_dedup_across_failover(void **state)
 {
 	struct vbi_rxstream s;
@@ -249,6 +272,7 @@ int main(void)
 		cmocka_unit_test(test_quorum),
 		cmocka_unit_test(test_rx_fanout_gaps_and_late_join),
 		cmocka_unit_test(test_rx_seq_max_refused),
+		cmocka_unit_test(test_txcursor_nak),
 		cmocka_unit_test(test_rx_ordered_dedup_across_failover),
 		cmocka_unit_test(test_reassembly),
 	};
