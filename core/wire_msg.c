@@ -206,6 +206,13 @@ uint32_t vbi_wire_bye_encode(void *buf, const char *why)
 	return VBI_WIRE_HDR_LEN + n;
 }
 
+/* ---- END -------------------------------------------------------------------------- */
+
+bool vbi_wire_end_ok(const struct vbi_wire_hdr *h)
+{
+	return h->session && h->frag_off == VBI_WIRE_END_SLOW;
+}
+
 /* ---- AUTH ------------------------------------------------------------------------- */
 
 int vbi_wire_auth_decode(const struct vbi_wire_hdr *h, const uint8_t *pl, struct vbi_wire_auth *a)

@@ -164,6 +164,14 @@ uint32_t vbi_wire_bye_reason(const struct vbi_wire_hdr *h, const uint8_t *pl,
  * frame's length (header + reason, unpadded: it is sent alone). */
 uint32_t vbi_wire_bye_encode(void *buf, const char *why);
 
+/* ---- END ---------------------------------------------------------------------- */
+
+#define VBI_WIRE_END_SLOW 1 /* reason: the subscriber acknowledged nothing for slow_sub_ms */
+
+/* Whether END frame @h is well-formed: a publisher session and a known
+ * reason (frag_off); vbi_sub_on_end refuses the others as malformed. */
+bool vbi_wire_end_ok(const struct vbi_wire_hdr *h);
+
 /* ---- AUTH ------------------------------------------------------------------------ */
 
 #define VBI_WIRE_AUTH_MAC 32

@@ -353,7 +353,6 @@ static bool rule_broken(struct vbi_lane *l, struct vbi_peer *p, const char *fmt,
 bool vbi_rule_new_lane(struct vbi_lane *l, struct vbi_peer *p, uint32_t id, uint32_t role)
 {
 	struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "lane numbering" };
-
 	struct vbi_wire_lanes st = { .max_lane_id = p->max_lane_id, .epoch_rx = p->lane_epoch_rx };
 
 	if (vbi_wire_lane_new_ok(&st, id, role))

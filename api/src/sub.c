@@ -343,12 +343,14 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
  * (on_end, queued) and counted. Nothing more comes from that session
  * unless we subscribe again. Progress context, node->lock held for reading.
  */
+_Static_assert(VB_END_SLOW == VBI_WIRE_END_SLOW, "END reasons");
+
 void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 {
 	struct vb_ctx *ctx = peer->node->ctx;
 	struct vb_sub *sub = vbi_sub_find(peer->node, h->topic);
 
-	if (!h->session || h->frag_off != VB_END_SLOW) {
+	if (!vbi_wire_end_ok(h)) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, peer->name, "END frame with session %08x reason %u "
 			  "dropped", h->session, h->frag_off);

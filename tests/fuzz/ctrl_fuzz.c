@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * UDADDR, BYE (refusal reason) and AUTH frames of a received SEND, through
- * vbi_wire_udaddr_decode (vbi_peer_on_udaddr), vbi_wire_bye_reason
- * (vbi_dispatch_frames' refusal) and vbi_wire_auth_decode
- * (vbi_hello_auth_on_frame). Checks: what is borrowed lies inside the
- * payload; the reason is printable, NUL-terminated, at most 128 bytes; each
+ * UDADDR, BYE (refusal reason), AUTH and END frames of a received SEND,
+ * through vbi_wire_udaddr_decode (vbi_peer_on_udaddr), vbi_wire_bye_reason
+ * (vbi_dispatch_frames' refusal), vbi_wire_auth_decode
+ * (vbi_hello_auth_on_frame) and vbi_wire_end_ok (vbi_sub_on_end). Checks:
+ * what is borrowed lies inside the payload; the reason is printable, NUL-terminated, at most 128 bytes; each
  * re-encodes (the library's encoders) to a frame that decodes the same.
  */
 #include <string.h>
@@ -100,6 +100,8 @@ static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
 		bye(h, pl);
 	else if (h->type == VBI_WT_AUTH)
 		auth(h, pl);
+	else if (h->type == VBI_WT_END)
+		FUZZ_CHECK(vbi_wire_end_ok(h) == (h->session != 0 && h->frag_off == VBI_WIRE_END_SLOW));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -46,7 +46,7 @@ static void on_frame(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg)
 	int rc, want;
 
 	if (h->type == VBI_WT_END) {
-		if (h->session && h->frag_off == 1 && s->r.active && s->r.session == h->session) {
+		if (vbi_wire_end_ok(h) && s->r.active && s->r.session == h->session) {
 			vbi_reasm_fini(&s->r);
 			vbi_reasm_init(&s->r, ralloc, rfree, s);
 			FUZZ_CHECK(!s->r.active);
