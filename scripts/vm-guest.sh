@@ -1,13 +1,21 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Runs inside the Soft-RoCE VM (PID 1, after switch_root onto the host's root
-# filesystem). Brings up rxe0/rxe1 on dummy interfaces, runs the command that
-# vm-run.sh left in the run directory, records its exit status, powers off.
+# filesystem). Brings up rxe0/rxe1, runs the command that vm-run.sh (or
+# vm-pair.sh) left in the run directory, records its exit status, powers off.
+# One VM (vm-run.sh): rxe0/rxe1 on dummy interfaces d0/d1 (10.77.0.1,
+# 10.77.1.1). One of two VMs (vm-pair.sh, verbus.net=a|b on the command
+# line): rxe0/rxe1 on the virtio NICs of two links to the other VM, found by
+# MAC (52:54:00:77:0L:0R, L link 1|2, R 1 for a, 2 for b) and named eth0
+# (10.77.9.R/24) and eth1 (10.77.10.R/24).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root
-run=""
+run="" net=""
 for w in $(cat /proc/cmdline); do
-  case "$w" in verbus.run=*) run=${w#verbus.run=} ;; esac
+  case "$w" in
+    verbus.run=*) run=${w#verbus.run=} ;;
+    verbus.net=*) net=${w#verbus.net=} ;;
+  esac
 done
 # Power off synchronously (reboot(2) via busybox): after a sysrq power-off
 # request this shell would keep running while 9p goes away under it.
@@ -53,14 +61,48 @@ setup_rxe() {
     rdma link add rxe$i type rxe netdev d$i || return 1
   done
 }
-if ! setup_rxe; then
+# Two-VM mode: the NICs of links 1 and 2 become eth0 and eth1 (by MAC, so
+# PCI order does not matter), addressed on their link; rxe0/rxe1 on them.
+setup_rxe_net() {
+  local r i n dev mac
+  case "$net" in a) r=1 ;; b) r=2 ;; *) return 1 ;; esac
+  modprobe virtio_net || return 1
+  modprobe sch_netem || return 1
+  modprobe rdma_rxe || return 1
+  modprobe ib_uverbs || return 1
+  modprobe rdma_ucm || return 1
+  for i in 1 2; do
+    mac="52:54:00:77:0$i:0$r"
+    dev=""
+    for n in /sys/class/net/*; do
+      [ "$(cat "$n/address" 2>/dev/null)" = "$mac" ] && dev=${n##*/}
+    done
+    [ -n "$dev" ] || { echo "guest: no NIC with MAC $mac"; return 1; }
+    n=eth$((i - 1))
+    if [ "$dev" != "$n" ]; then
+      ip link set "$dev" name "tmp$i" && dev="tmp$i"
+    fi
+    eval "nic$i=$dev"
+  done
+  for i in 1 2; do
+    eval "dev=\$nic$i"
+    n=eth$((i - 1))
+    [ "$dev" = "$n" ] || ip link set "$dev" name "$n" || return 1
+    ip addr add 10.77.$((8 + i)).$r/24 dev "$n" || return 1
+    ip link set "$n" up || return 1
+    rdma link add rxe$((i - 1)) type rxe netdev "$n" || return 1
+  done
+}
+if [ -n "$net" ]; then setup=setup_rxe_net; else setup=setup_rxe; fi
+if ! $setup; then
   echo "guest: Soft-RoCE set-up failed"
   echo 125 > "$run/rc"; off
 fi
-echo "guest: $(uname -r), Soft-RoCE up: $(rdma link show | awk '{print $2"("$NF")"}' | tr '\n' ' ')"
+echo "guest${net:+ $net}: $(uname -r), Soft-RoCE up: $(rdma link show | awk '{print $2"("$NF")"}' | tr '\n' ' ')"
 
 [ -r "$run/env" ] && . "$run/env"
 export VERBUS_IN_VM=1
+[ -n "$net" ] && export VERBUS_NET_ROLE=$net
 cd "$(cat "$run/cwd")" || { echo 125 > "$run/rc"; off; }
 timeout -k 5 "$(cat "$run/timeout")" sh -c "$(cat "$run/cmd")"
 echo $? > "$run/rc"

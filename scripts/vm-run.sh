@@ -44,74 +44,22 @@ if [ "$force_vm" != 1 ] && command -v ibv_devices >/dev/null 2>&1; then
   fi
 fi
 
-# ---- pick a kernel that has rdma_rxe ------------------------------------
-kv=""
-for k in $(ls -1 /lib/modules 2>/dev/null | sort -rV); do
-  if [ -r "/boot/vmlinuz-$k" ] && [ -n "$(find "/lib/modules/$k/kernel/drivers/infiniband/sw/rxe" -name 'rdma_rxe.ko*' 2>/dev/null)" ]; then
-    kv=$k; break
-  fi
-done
-[ -n "$kv" ] || { log "no kernel with rdma_rxe under /boot + /lib/modules (install linux-image-amd64)"; exit 125; }
+# ---- kernel, initramfs, run directory ------------------------------------
+. "$here/vm-lib.sh"
+kv=$(vm_kernel) || { log "no kernel with rdma_rxe under /boot + /lib/modules (install linux-image-amd64)"; exit 125; }
 command -v qemu-system-x86_64 >/dev/null || { log "qemu-system-x86_64 missing (install qemu-system-x86)"; exit 125; }
+initrd=$(vm_initrd "$kv") || exit 125
 
-# ---- initramfs (cached per kernel + init script) -------------------------
-cache=${VERBUS_VM_CACHE:-/var/cache/verbus}
-mkdir -p "$cache"
-mods="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache 9pnet 9pnet_virtio 9p"
-init_sum=$( (cat "$here/vm-initramfs-init"; echo "$mods") | sha256sum | cut -c1-12)
-initrd="$cache/initrd-$kv-$init_sum.gz"
-if [ ! -s "$initrd" ]; then
-  log "building initramfs for $kv"
-  bb=$(command -v busybox || true)
-  [ -n "$bb" ] && file -L "$bb" 2>/dev/null | grep -q 'statically linked' || bb=/bin/busybox
-  [ -x "$bb" ] || { log "busybox missing (install busybox-static)"; exit 125; }
-  work=$(mktemp -d)
-  mkdir -p "$work/bin" "$work/mods" "$work/proc" "$work/sys" "$work/dev" "$work/newroot"
-  cp "$bb" "$work/bin/busybox"
-  for m in $mods; do
-    f=$(find "/lib/modules/$kv/kernel" -name "$m.ko*" | head -1)
-    [ -n "$f" ] || { log "module $m not found for $kv"; rm -rf "$work"; exit 125; }
-    case "$f" in
-      *.ko.xz) xz -dc "$f" > "$work/mods/$m.ko" ;;
-      *.ko.zst) zstd -dcq "$f" > "$work/mods/$m.ko" ;;
-      *.ko.gz) gzip -dc "$f" > "$work/mods/$m.ko" ;;
-      *) cp "$f" "$work/mods/$m.ko" ;;
-    esac
-  done
-  echo "$mods" > "$work/mods/order"
-  cp "$here/vm-initramfs-init" "$work/init"
-  chmod +x "$work/init"
-  (cd "$work" && find . | cpio -o -H newc --quiet | gzip -9) > "$initrd.tmp"
-  mv "$initrd.tmp" "$initrd"
-  rm -rf "$work"
-fi
-
-# ---- per-run directory (not under /tmp: the guest mounts tmpfs there) ----
+# per-run directory (not under /tmp: the guest mounts tmpfs there)
 run=$(mktemp -d /var/tmp/verbus-vm.XXXXXX)
 cleanup() { [ -n "${qpid:-}" ] && kill -9 "$qpid" 2>/dev/null; rm -rf "$run"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-printf '%q ' "$@" > "$run/cmd"
-pwd > "$run/cwd"
-# Paths under /tmp the guest binds back over its own tmpfs there: the
-# checkout's root first (it holds the command's directory, usually), then
-# the command's directory.
-{ (cd "$here/.." && pwd); pwd; } > "$run/keep"
-echo "$cmd_timeout" > "$run/timeout"
-env | grep -E '^(VERBUS_|ASAN_|UBSAN_|TSAN_|LSAN_|CTEST_)' | while IFS='=' read -r k v; do
-  printf 'export %s=%q\n' "$k" "$v"
-done > "$run/env" || true
+vm_rundir "$run" "$@"
 
 mem=${VERBUS_VM_MEM:-2048}
 smp=${VERBUS_VM_SMP:-2}
 log "booting $kv under qemu (TCG, ${smp} vCPU, ${mem} MiB); command timeout ${cmd_timeout}s"
-
-# Strip the serial console's escape sequences and the firmware's
-# "Booting from ROM.." prefix; keep every line the guest prints.
-filter() {
-  sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' -e 's/\r//g' -e 's/^.*Booting from ROM\.*//' \
-    | grep --line-buffered -v -E '^(SeaBIOS|iPXE|Booting from|$)' || true
-}
 
 start=$(date +%s)
 set +e
@@ -120,7 +68,7 @@ timeout -k 10 $((boot_timeout + cmd_timeout + 60)) \
     -nographic -no-reboot -kernel "/boot/vmlinuz-$kv" -initrd "$initrd" \
     -append "console=ttyS0 panic=-1 quiet loglevel=1 verbus.run=$run verbus.guest=$here/vm-guest.sh" \
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,id=hr,multidevs=remap" \
-    -nic none < /dev/null 2>&1 | filter &
+    -nic none < /dev/null 2>&1 | vm_filter &
 qpid=$!
 # Boot watchdog: the guest script touches $run/booted as its first action.
 while kill -0 "$qpid" 2>/dev/null; do
