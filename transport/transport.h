@@ -417,6 +417,9 @@ struct vbt_conn_param {
 	int accept_wait_ms;      /* accept: bound on the wait for a request;
 				  * 0 = cm_timeout_ms (the handshake steps
 				  * after it always use cm_timeout_ms) */
+	int connect_budget_ms;   /* connect: bound on the whole call (its
+				  * steps each wait at most cm_timeout_ms and
+				  * at most what is left of this); 0 = none */
 };
 
 struct vbt_listener {
