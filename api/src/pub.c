@@ -665,10 +665,15 @@ static void slow_cut(struct vb_pub *pub)
 	uint64_t limit = (uint64_t)pub->attr.slow_sub_ms * 1000000;
 	bool released = false;
 
+	unsigned connected = 0;
+
 	pthread_mutex_lock(&pub->lock);
 	/* read under the lock: publishing threads set stall clocks to their
 	 * own now, which must not be later than ours */
 	now = vbi_mono_ns();
+	if (pub->attr.ack_quorum)
+		for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
+			connected += !pp->dead && peer_reachable(pp->peer);
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
 		uint64_t last = pub->win.next_seq - 1, n, held_ms;
 		size_t bytes;
@@ -676,8 +681,14 @@ static void slow_cut(struct vb_pub *pub)
 		if (pp->dead || !pp->stall_ns || pp->acked >= last || pp->stall_ns > now ||
 		    now - pp->stall_ns < limit)
 			continue;
-		if (!peer_reachable(pp->peer)) {
-			pp->stall_ns = now; /* recovery's business; its clock restarts */
+		/* A recovering connection is recovery's business (its clock
+		 * restarts), except for a k-of-n publisher while k others are
+		 * connected: a replica that is gone must not hold the others'
+		 * writes for the whole recovery timeout (net_replica_test: a
+		 * killed replica stalled them until it was given up). */
+		if (!peer_reachable(pp->peer) &&
+		    !(pub->attr.ack_quorum && connected >= pub->attr.ack_quorum)) {
+			pp->stall_ns = now;
 			continue;
 		}
 		{	/* it consumed what we sent since (receive credits came back):

@@ -516,7 +516,10 @@ typedef void (*vb_ack_fn)(vb_pub_t *pub, uint64_t acked_seq, void *arg);
  *                  (-EAGAIN once the retention is full), and every
  *                  subscriber gets every message exactly once, in order.
  * A subscriber whose connection is recovering (failover, rebuild) is not
- * slow: its clock restarts once it has a connection again.
+ * slow: its clock restarts once it has a connection again. Except with
+ * ack_quorum k while k other subscribers are connected: a k-of-n writer
+ * does not wait the recovery timeout (3 x cm_timeout_ms) for a replica
+ * that is gone; it is cut after slow_sub_ms like a slow one.
  */
 typedef enum vb_slow_policy {
 	VB_SLOW_CUT = 0,
