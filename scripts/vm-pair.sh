@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --timeout) cmd_timeout=$2; shift 2 ;;
     --boot-timeout) boot_timeout=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '3,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,26p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
