@@ -137,6 +137,13 @@ int vbn_meet(const char *point, int timeout_s)
 	return rc;
 }
 
+uint64_t vbn_recovery_ms(void)
+{
+	const char *e = getenv("VERBUS_CM_TIMEOUT_MS");
+
+	return 3 * (uint64_t)(e && atoi(e) > 0 ? atoi(e) : 5000);
+}
+
 int vbn_sh(const char *fmt, ...)
 {
 	char cmd[512];

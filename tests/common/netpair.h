@@ -50,6 +50,10 @@ int vbn_get(char role, const char *key, char *buf, size_t n, int timeout_s);
 /* vbn_get() of an unsigned number; -ETIMEDOUT or -EINVAL (not a number). */
 int vbn_get_u64(char role, const char *key, uint64_t *out, int timeout_s);
 
+/* The recovery timeout the library uses here: 3 x cm_timeout_ms
+ * ($VERBUS_CM_TIMEOUT_MS, else the library's default 5000), in ms. */
+uint64_t vbn_recovery_ms(void);
+
 /* Run a shell command (printed first); its exit status, -1 when it could
  * not be run. */
 int vbn_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -56,10 +56,7 @@ static const struct variant variants[] = {
 /* 3 x cm_timeout_ms (the recovery timeout) + 5 s */
 static uint64_t tell_bound_ms(void)
 {
-	const char *e = getenv("VERBUS_CM_TIMEOUT_MS");
-	uint64_t cm = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 5000;
-
-	return 3 * cm + 5000;
+	return vbn_recovery_ms() + 5000;
 }
 
 static size_t msg_len(uint64_t seq)

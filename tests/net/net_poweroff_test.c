@@ -139,7 +139,6 @@ static int near_host(void)
 	char val[8];
 	uint64_t port, n1 = 0, n2 = 0, t0, cut, bound;
 	int qp0, qp1 = -1, rc, bad = 0;
-	const char *e = getenv("VERBUS_CM_TIMEOUT_MS");
 
 	if (vbn_ctx(1, false, tweak, &ctx) || vbn_node(ctx, 1, "near", false, &near) ||
 	    vbn_node(ctx, 1, "near-acc", true, &acc))
@@ -191,7 +190,7 @@ static int near_host(void)
 	       r1.got, r2.got);
 	vbn_poweroff('b');
 	cut = vbt_now_ms();
-	bound = 3 * (uint64_t)(e && atoi(e) > 0 ? atoi(e) : 5000) + 100 + 5000 + 5000;
+	bound = vbn_recovery_ms() + 100 + 5000 + 5000;
 	while ((!down_ms[0] || !down_ms[1]) && vbt_now_ms() - cut < bound + 30000) {
 		publish_some(pub, &n1);
 		publish_some(pub2, &n2);

@@ -431,24 +431,21 @@ err_free:
 }
 
 
-/* connect: the wait allowed for the next CM step, started at @t0 (ms):
- * cm_timeout_ms, and no more than what is left of connect_budget_ms (at
- * least 1 ms, so the step fails by its own timeout when none is left). */
-static int step_ms(const struct vbt_conn_param *p, uint64_t t0)
+/* connect: the wait allowed for the next CM step, started at @t0: cm_timeout_ms,
+ * and no more than what is left of connect_budget_ms (at least 1 ms, so the
+ * step fails by its own timeout when none is left). */
+static int step_ms(const struct vbt_conn_param *p, const struct timespec *t0)
 {
-	struct timespec ts;
-	uint64_t now;
 	int64_t left;
 
 	if (p->connect_budget_ms <= 0)
 		return p->cm_timeout_ms;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	left = (int64_t)p->connect_budget_ms - (int64_t)(now - t0);
+	left = (int64_t)p->connect_budget_ms - (int64_t)ms_since(t0);
 	if (left < 1)
 		left = 1;
 	return left < p->cm_timeout_ms ? (int)left : p->cm_timeout_ms;
 }
+
 int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
 		const struct vbt_conn_param *p, struct vbt_conn **out)
 {
@@ -457,12 +454,10 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 	struct sockaddr_storage ss;
 	struct vbv_conn *c;
 	uint8_t wire[VBV_WIRE_LEN];
-	struct timespec ts;
-	uint64_t t0;
+	struct timespec t0;
 	int rc;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	*out = NULL;
 	if (qp->pd->dev != dev)
 		return vbi_err(-EINVAL, "connect: QP %u is not on device %s", qp->qpn,
@@ -481,18 +476,18 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 	}
 	memset(&ss, 0, sizeof(ss));
 	memcpy(&ss, dst, sa_len(dst));
-	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, step_ms(p, t0))) {
+	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, step_ms(p, &t0))) {
 		rc = vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_addr: %s", strerror(errno));
 		goto err_id;
 	}
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0, step_ms(p, t0), &ev)))
+	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0, step_ms(p, &t0), &ev)))
 		goto err_id;
 	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(c->id, step_ms(p, t0))) {
+	if (rdma_resolve_route(c->id, step_ms(p, &t0))) {
 		rc = vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_route: %s", strerror(errno));
 		goto err_id;
 	}
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, step_ms(p, t0), &ev)))
+	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, step_ms(p, &t0), &ev)))
 		goto err_id;
 	rdma_ack_cm_event(ev);
 	if (c->id->verbs && strcmp(ibv_get_device_name(c->id->verbs->device), dev->caps.name))
@@ -518,7 +513,7 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 		goto err_id;
 	}
 	if (qp->type == VB_QPT_UD) {
-		rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, step_ms(p, t0), &ev);
+		rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, step_ms(p, &t0), &ev);
 		if (rc)
 			goto err_id;
 		rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
@@ -533,7 +528,7 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 		/* No QP on the id: librdmacm reports CONNECT_RESPONSE and leaves
 		 * the RTU to rdma_establish() once our QP is in RTS. */
 		rc = cm_expect(c->ch, RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_ESTABLISHED,
-			       step_ms(p, t0), &ev);
+			       step_ms(p, &t0), &ev);
 		if (rc)
 			goto err_id;
 		enum rdma_cm_event_type got = ev->event;
