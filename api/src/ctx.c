@@ -93,7 +93,7 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->max_peers = 16;
 	a->window = 4096;
 	a->cm_timeout_ms = 5000;
-	a->batch_us = 50;
+	a->batch = 1;
 	a->standby = 1;
 	a->keepalive_ms = 100;
 	a->max_pending = 32;
@@ -130,17 +130,15 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	env_unsigned("VERBUS_KEEPALIVE_MS", &a->keepalive_ms);
 	env_unsigned("VERBUS_MAX_PENDING", &a->max_pending);
 	{
-		const char *b = getenv("VERBUS_BATCH_US");
+		const char *b = getenv("VERBUS_BATCH");
 
-		if (b && *b) { /* 0 is meaningful here */
-			char *end;
-			unsigned long v = strtoul(b, &end, 0);
-
-			if (*end || v > 100000)
-				vbi_warn("VERBUS_BATCH_US=%s ignored: 0..100000", b);
-			else
-				a->batch_us = (unsigned)v;
-		}
+		if (b && (!strcmp(b, "0") || !strcmp(b, "1")))
+			a->batch = *b == '1';
+		else if (b && *b)
+			vbi_warn("VERBUS_BATCH=%s ignored: 0 or 1", b);
+		if (getenv("VERBUS_BATCH_US"))
+			vbi_warn("VERBUS_BATCH_US is no longer read: batching is corked (no timer); "
+				 "VERBUS_BATCH=0 turns it off");
 	}
 	vbi_mcast_attr_init(a);
 	to = (size_t)a->cm_timeout_ms;
@@ -172,6 +170,8 @@ static int check_attr(const vb_ctx_attr_t *a)
 		return vbi_err(-EINVAL, "cm_timeout_ms %d must be positive", a->cm_timeout_ms);
 	if (!a->max_pending || a->max_pending > 1024)
 		return vbi_err(-EINVAL, "max_pending %u: 1..1024", a->max_pending);
+	if (a->batch > 1)
+		return vbi_err(-EINVAL, "batch %u: 0 (off) or 1 (cork batching)", a->batch);
 	return 0;
 }
 
@@ -358,6 +358,14 @@ struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
 	return s;
 }
 
+/* @s was just posted signaled: its completion will release it (and every
+ * unsignaled entry before it). Caller holds the ring's lock. */
+void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s)
+{
+	s->signaled = true;
+	atomic_fetch_add_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
+}
+
 static void sctx_release(struct vb_ctx *ctx, struct vbi_sctx *s)
 {
 	if (s->msg) {
@@ -378,6 +386,10 @@ void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi
 		struct vbi_sctx *s = &sr->ctx[sr->tail];
 
 		sctx_release(ctx, s);
+		if (s->signaled) {
+			s->signaled = false;
+			atomic_fetch_sub_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
+		}
 		sr->tail = (sr->tail + 1) % sr->n;
 		sr->outstanding--;
 		if (s == upto)
@@ -494,18 +506,14 @@ static int ud_open(struct vb_ctx *ctx)
 
 static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
 {
-	bool held = false;
-
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vbi_peer *p = n->peers; p; p = p->next)
-			held |= vbi_peer_after_poll(p, idle);
+			vbi_peer_after_poll(p, idle);
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	if (!held && !atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
-		atomic_store_explicit(&ctx->batch_pending, false, memory_order_relaxed);
 }
 
 /* A failed completion on lane @l: classify, count, and report a disruptive
@@ -826,13 +834,6 @@ static void *progress_main(void *arg)
 				sched_yield(); /* see vb_progress() */
 			continue;
 		}
-		if (atomic_load_explicit(&ctx->batch_pending, memory_order_relaxed)) {
-			/* held batches are due within batch_us: nap, don't block */
-			struct timespec ts = { 0, 20000 };
-
-			nanosleep(&ts, NULL);
-			continue;
-		}
 		/* Block: arm every live device's CQ, poll once more (a
 		 * completion may have slipped in before the arm), then sleep
 		 * until one of them completes something (bounded, so stop and
@@ -954,7 +955,7 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		free(ctx);
 		return rc;
 	}
-	ctx->batch_ns = (uint64_t)attr->batch_us * 1000;
+	ctx->cork = attr->batch != 0;
 	(void)vbi_now_ns(); /* calibrate the hot-path clock now, not on a publish */
 	ctx->ops = &vbt_verbs_ops;
 	pthread_mutex_init(&ctx->lock, NULL);

@@ -253,6 +253,7 @@ uint32_t vbi_lane_credits(const struct vbi_lane *l)
 int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
 {
 	const struct vbt_send_wr *bad;
+	int rc;
 
 	if (l->mode == VB_QPT_UD) {
 		if (!atomic_load(&l->conn_ready) || !l->conn || !l->conn->ah)
@@ -261,7 +262,10 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
 		wr->remote_qpn = l->conn->remote.qpn;
 		wr->remote_qkey = l->conn->remote.qkey;
 	}
-	return vbt_post_send(l->qp, wr, &bad);
+	rc = vbt_post_send(l->qp, wr, &bad);
+	if (!rc && (wr->flags & VBT_SEND_SIGNALED))
+		vbi_sring_signaled(&l->sr, (struct vbi_sctx *)(uintptr_t)wr->wr_id);
+	return rc;
 }
 
 /*
@@ -281,7 +285,6 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool las
 	if (last || ++l->sr.since_signal >= l->sr.n / 4 || l->sr.outstanding >= l->sr.n - 1) {
 		wr.flags |= VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
-		s->signaled = true;
 	}
 	if (len <= l->qp->cap.max_inline_data) {
 		wr.flags |= VBT_SEND_INLINE;
@@ -1322,7 +1325,6 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 			wr.remote_addr = 0x1000;
 			wr.rkey = 0x12345678u;
 		}
-		s->signaled = true;
 		if (l->mode == VB_QPT_UD && wr.opcode == VBT_WR_RDMA_WRITE)
 			rc = vbi_err(-EOPNOTSUPP, "no RDMA WRITE on a UD connection");
 		else

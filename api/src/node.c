@@ -575,17 +575,16 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 	l->ka_ms = now;
 }
 
-bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
+void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 	struct vbi_rxs *upto;
 	struct vbi_lane *l;
-	bool urgent = false, due, held = false;
-	uint64_t since;
+	bool urgent = false, due, held;
 	uint32_t len;
 
 	if (p->dead || p->closing || !p->up)
-		return false;
+		return;
 	{
 		/* an accepted UD lane's HELLO answer deferred until its
 		 * accept() returned (vbi_lane_send_hello) */
@@ -604,11 +603,18 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	}
 	if (p->subs_pending)
 		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
-	/* Data held for batching goes once it is batch_us old. */
-	since = atomic_load_explicit(&p->hold_since_ns, memory_order_relaxed);
-	if (since && vbi_now_ns() - since < p->node->ctx->batch_ns)
-		held = true;
-	else
+	/* Data corked behind a SEND in flight goes once that SEND completed
+	 * (vb_pub_commit); anything else queued (waiting for credits or ring
+	 * space) goes as soon as they allow. */
+	{
+		struct vbi_lane *al;
+
+		vbi_rcu_enter();
+		al = atomic_load(&p->corked) ? vbi_path_lane(&p->path) : NULL;
+		held = al && atomic_load(&al->sr.sig_inflight);
+		vbi_rcu_leave();
+	}
+	if (!held)
 		vbi_peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
 	l = vbi_peer_lane(p);
@@ -647,7 +653,6 @@ bool vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 			o->to_return = 0;
 	}
 	pthread_mutex_unlock(&p->txlock);
-	return held;
 }
 
 /* ---- UD receive (FANOUT) --------------------------------------------------------------- */

@@ -474,7 +474,6 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 		    l->sr.outstanding >= l->sr.n - 1) {
 			wr.flags = VBT_SEND_SIGNALED;
 			l->sr.since_signal = 0;
-			s->signaled = true;
 		}
 		rc = vbi_lane_post_wr(l, &wr);
 		if (rc) {
@@ -555,11 +554,10 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 void vbi_peer_flush(struct vbi_peer *p)
 {
 	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
-	bool posted = false;
 	struct vbi_lane *l;
 
 	pthread_mutex_lock(&p->txlock);
-	atomic_store_explicit(&p->hold_since_ns, 0, memory_order_relaxed);
+	atomic_store(&p->corked, false);
 	if (p->remote_slot_size && p->remote_slot_size < cap)
 		cap = p->remote_slot_size;
 	vbi_rcu_enter();
@@ -590,11 +588,8 @@ void vbi_peer_flush(struct vbi_peer *p)
 		}
 		if (rc == 0)
 			break;
-		posted = true;
 	}
 	vbi_rcu_leave();
-	if (posted)
-		atomic_store_explicit(&p->last_post_ns, vbi_now_ns(), memory_order_relaxed);
 	pthread_mutex_unlock(&p->txlock);
 }
 
@@ -956,34 +951,27 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	pthread_mutex_unlock(&pub->lock);
 	claim->priv_ = NULL;
 	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
-	/* Adaptive batching: an isolated publish is posted now (no added
-	 * latency when idle); one that follows the last post to this peer
-	 * within batch_us, or finds the send queue half full, is held for up
-	 * to batch_us so the messages that join it share one SEND (the
-	 * progress thread posts it when due). */
+	/* Cork batching: a publish to a connection with no SEND in flight is
+	 * posted now (no added latency when idle); one that finds a SEND in
+	 * flight is queued, and the progress thread posts everything queued,
+	 * packed, when that SEND completes (vbi_peer_after_poll). The flag is
+	 * set before the second look at the count, and the progress thread
+	 * clears the count before it looks at the flag (both seq_cst): either
+	 * this thread sees the SEND completed and flushes, or the progress
+	 * thread sees the flag. */
 	/* the targets were read under pub->lock: a peer reaped since is freed
 	 * only after this read-side section (vbi_node_reap) */
 	vbi_rcu_enter();
 	for (unsigned t = 0; t < nt; t++) {
 		struct vbi_peer *p = targets[t];
-		uint64_t now = vbi_now_ns();
-		struct vbi_lane *l;
-		bool busy;
+		struct vbi_lane *l = ctx->cork ? vbi_path_lane(&p->path) : NULL;
 
-		l = vbi_path_lane(&p->path);
-		busy = l && atomic_load_explicit(&l->sr.outstanding, memory_order_relaxed) >=
-			    l->sr.n / 2;
-
-		if (!busy && (!ctx->batch_ns ||
-			      now - atomic_load_explicit(&p->last_post_ns, memory_order_relaxed) >=
-				      ctx->batch_ns)) {
-			vbi_peer_flush(p);
-			continue;
+		if (l && atomic_load(&l->sr.sig_inflight)) {
+			atomic_store(&p->corked, true);
+			if (atomic_load(&l->sr.sig_inflight))
+				continue;
 		}
-		uint_fast64_t zero = 0;
-
-		atomic_compare_exchange_strong(&p->hold_since_ns, &zero, now);
-		atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
+		vbi_peer_flush(p);
 	}
 	vbi_rcu_leave();
 	if (seq_out)
@@ -1194,10 +1182,10 @@ static uint64_t unacked(struct vb_pub *pub)
 static uint64_t linger(struct vb_pub *pub, unsigned ms)
 {
 	struct vb_ctx *ctx = pub->node->ctx;
-	uint64_t end = vbi_now_ns() + (uint64_t)ms * 1000000, left;
+	uint64_t end = vbi_mono_ns() + (uint64_t)ms * 1000000, left;
 
 	pthread_mutex_lock(&pub->lock);
-	while ((left = unacked(pub)) && vbi_now_ns() < end) {
+	while ((left = unacked(pub)) && vbi_mono_ns() < end) {
 		if (ctx->thread_running) {
 			/* short slices: a subscriber given up wakes nobody */
 			struct timespec dl;

@@ -82,6 +82,8 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
 				continue;
 			}
+			if (wr.flags & VBT_SEND_SIGNALED)
+				vbi_sring_signaled(&ctx->ud_sr, s);
 			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
 			posted++;
 		}
@@ -138,7 +140,6 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
 		return -EAGAIN;
 	pub->batch = NULL;
-	pub->last_post_ns = vbi_now_ns();
 	if (pub->batch_frames > 1)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
 					  memory_order_relaxed);
@@ -147,16 +148,14 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	return 0;
 }
 
-/* Progress thread: post FANOUT batches that are batch_us old (and have
- * room in the datagram queue). */
+/* Progress thread: post the FANOUT batches corked behind a datagram in
+ * flight once no signaled datagram is (and the queue has room). */
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 {
-	uint64_t now;
-
 	(void)idle;
-	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed) ||
+	    atomic_load(&ctx->ud_sr.sig_inflight))
 		return;
-	now = vbi_now_ns();
 	atomic_store(&ctx->fanout_pending, false);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
@@ -166,9 +165,8 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
-			if (pub->batch && (now - pub->batch_since_ns < ctx->batch_ns ||
-					   fanout_flush_batch(ctx, pub)))
-				atomic_store(&ctx->fanout_pending, true);
+			if (pub->batch && fanout_flush_batch(ctx, pub))
+				atomic_store(&ctx->fanout_pending, true); /* no room yet */
 			pthread_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&ctx->ud_lock);
 		}
@@ -179,10 +177,12 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 
 /*
  * FANOUT publish. A message that fits one datagram is appended to the
- * publisher's batch datagram; the batch is posted at once when the datagram
- * queue is not busy (no added latency when idle), else when it is full or
- * the progress thread sees completions come back. Larger messages are
- * fragmented into datagrams laid out in place.
+ * publisher's batch datagram; the batch is posted at once when no signaled
+ * datagram is in flight (no added latency when idle) or when the datagram
+ * is full to the path MTU, else it is corked until the progress thread sees
+ * the datagram in flight complete (vbi_pub_fanout_flush). Every datagram
+ * count is read and changed under ud_lock, which the completion takes too.
+ * Larger messages are fragmented into datagrams laid out in place.
  */
 int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 {
@@ -214,9 +214,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
 	if (nfrag == 1) {
 		size_t fs = vbi_wire_frame_size(m->len);
-		uint64_t now = vbi_now_ns();
-		bool busy = ctx->ud_sr.outstanding >= ctx->ud_sr.n / 4 ||
-			    (ctx->batch_ns && now - pub->last_post_ns < ctx->batch_ns);
+		bool busy = ctx->cork && atomic_load(&ctx->ud_sr.sig_inflight);
 
 		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
 			goto full;
@@ -226,7 +224,6 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 			pub->batch = m; /* this message's buffer becomes the batch */
 			pub->batch_off = 0;
 			pub->batch_frames = 0;
-			pub->batch_since_ns = now;
 		}
 		seq = ++pub->fanout_seq;
 		pub->last_pub_ms = vbi_now_ms();
@@ -248,12 +245,9 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		}
 		if (pub->batch != m)
 			vbi_msg_put(ctx, m); /* copied into the batch */
-		if (!busy || pub->batch_off + VBI_WIRE_HDR_LEN + 8 > mtu) {
-			fanout_flush_batch(ctx, pub);
-		} else {
-			atomic_store(&ctx->fanout_pending, true);
-			atomic_store_explicit(&ctx->batch_pending, true, memory_order_relaxed);
-		}
+		if ((busy && pub->batch_off + VBI_WIRE_HDR_LEN + 8 <= mtu) ||
+		    fanout_flush_batch(ctx, pub))
+			atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
 		goto done;
 	}
 	/* fragmented: the pending batch goes first, then every datagram */
@@ -282,7 +276,6 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 	}
 	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
 	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
-	pub->last_post_ns = vbi_now_ns();
 done:
 	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&ctx->ud_lock);
@@ -362,6 +355,8 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 					ctx->ud_sr.since_signal = 0;
 					if (vbt_post_send(ctx->ud_qp, &wr, &bad))
 						vbi_sring_untake(&ctx->ud_sr);
+					else
+						vbi_sring_signaled(&ctx->ud_sr, sc);
 				}
 				if (!pp)
 					break;

@@ -125,6 +125,9 @@ struct vbi_sring {
 	atomic_uint outstanding;   /* written under the ring's lock; read
 				    * without it by busy heuristics */
 	uint32_t since_signal;
+	atomic_uint sig_inflight;  /* signaled WRs posted, not yet completed
+				    * (under the ring's lock; read without it
+				    * by the cork rule) */
 	struct vbi_buf hdr_area; /* n x 64 bytes */
 	struct vbi_mempool *pool; /* where the buffers came from */
 };
@@ -354,8 +357,9 @@ struct vbi_peer {
 	uint32_t remote_slot_size;
 	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
-	atomic_uint_fast64_t last_post_ns; /* last data SEND posted */
-	atomic_uint_fast64_t hold_since_ns; /* data held for batching since (0: none) */
+	atomic_bool corked;       /* data queued behind a SEND in flight: the
+				   * progress thread flushes it when that SEND
+				   * completes (vbi_peer_uncork) */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
@@ -393,8 +397,6 @@ struct vb_pub {
 	uint64_t last_pub_ms;      /* FANOUT: when it last published */
 	struct vbi_msg *batch;     /* FANOUT: datagram being filled (ud_lock) */
 	uint32_t batch_off, batch_frames;
-	uint64_t batch_since_ns;   /* FANOUT: when the batch got its first frame */
-	uint64_t last_post_ns;     /* FANOUT: last datagram posted (ud_lock) */
 	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
 	unsigned hb_sent;          /* ... and how many times */
 	struct vbi_pubpeer *peers; /* subscriber peers */
@@ -490,9 +492,9 @@ struct vb_ctx {
 	unsigned idle_polls;       /* APP mode: consecutive empty polls */
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
-	atomic_bool fanout_pending; /* a FANOUT batch waits to be posted */
-	atomic_bool batch_pending;  /* some data is held for batching */
-	uint64_t batch_ns;          /* attr.batch_us in ns */
+	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
+				     * complete (or for ring space) */
+	bool cork;                  /* attr.batch: cork batching on */
 	/* Bumped (release) after a thread other than the progress thread has
 	 * built objects that completions will point at, before their first
 	 * post; the progress thread reads it (acquire) before dispatching.
@@ -589,6 +591,7 @@ void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
  * Nothing may still be posted from them. */
 void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
 struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
+void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s);
 void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
@@ -668,7 +671,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
-bool vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_node_backup_step(struct vb_node *node);

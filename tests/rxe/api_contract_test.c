@@ -109,6 +109,10 @@ static void test_failed_creates(void **state)
 	a.ip = vbt_test_ip();
 	a.max_peers = 0;
 	expect_create_fails(&a, "max_peers 0");
+	vb_ctx_attr_init(&a);
+	a.ip = vbt_test_ip();
+	a.batch = 2;
+	expect_create_fails(&a, "batch 2");
 }
 
 /* ---- claims and stats ---------------------------------------------------------------------- */

@@ -198,13 +198,15 @@ typedef struct vb_ctx_attr {
 	int cm_timeout_ms;      /* bound on each connection step, 5000 [VERBUS_CM_TIMEOUT_MS] */
 	vb_event_fn on_event;   /* may be NULL */
 	void *event_arg;
-	unsigned batch_us;      /* adaptive batching: a publish that follows the
-				 * previous post on the same connection (or
-				 * datagram endpoint) within this many us is held
-				 * up to this long and sent with the messages that
-				 * join it in one SEND / datagram; an isolated
-				 * publish is posted at once. 0 = never hold.
-				 * 50 [VERBUS_BATCH_US] */
+	unsigned batch;         /* cork batching, 1 (default): a publish made
+				 * while a SEND (or datagram) is in flight on
+				 * its connection (or datagram endpoint) is
+				 * queued, and everything queued goes, packed
+				 * into as few SENDs as fit, the moment that
+				 * SEND completes; a publish to an idle
+				 * connection is posted at once. No timer holds
+				 * a message. 0 = every publish is posted on its
+				 * own [VERBUS_BATCH] */
 	/* Failover. Every connection to a peer keeps a pre-warmed standby
 	 * connection (already in RTS) that takes over when the active one
 	 * fails; with a second device it goes there. */
