@@ -22,4 +22,21 @@ int vb_bench_lat(int argc, char **argv);
 int vb_bench_bw(int argc, char **argv);
 int vb_bench_fanout(int argc, char **argv);
 
+/* Per-message counts of locks, allocations, clock reads and system calls
+ * between these marks, printed by ../shared/tools/prof/shim.so when it is
+ * preloaded (LD_PRELOAD); without it the weak symbols are NULL and the
+ * marks do nothing. */
+void shim_mark_start(void) __attribute__((weak));
+void shim_mark_end(const char *label, uint64_t nmsg) __attribute__((weak));
+static inline void vbb_mark_start(void)
+{
+	if (shim_mark_start)
+		shim_mark_start();
+}
+static inline void vbb_mark_end(const char *label, uint64_t nmsg)
+{
+	if (shim_mark_end && nmsg)
+		shim_mark_end(label, nmsg);
+}
+
 #endif

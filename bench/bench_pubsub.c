@@ -402,10 +402,13 @@ int vb_bench_lat(int argc, char **argv)
 				samp[ns++] = (t - (interval ? intended : sent)) / 2;
 				if (t > deadline)
 					break; /* --max-secs: fewer samples, said in "samples" */
-			} else if (i == 99 && o.max_secs > 0) {
-				deadline = now_ns() + (uint64_t)(o.max_secs * 1e9);
+			} else if (i == 99) {
+				if (o.max_secs > 0)
+					deadline = now_ns() + (uint64_t)(o.max_secs * 1e9);
+				vbb_mark_start();
 			}
 		}
+		vbb_mark_end("lat (pinger, per round trip)", ns);
 		lat_summary(samp, ns, &st);
 		print_lat(stdout, "lat", &o, size, &st, 0);
 		if (jf)
@@ -588,6 +591,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 			fprintf(stderr, "%s: %s %zu B x %llu to %d subscriber(s)...\n", shape,
 				cls_name(o->cls), size, (unsigned long long)o->count, o->subs);
 		t0 = now_ns();
+		vbb_mark_start();
 		for (uint64_t i = 0; i < o->count; i++) {
 			const uint8_t *buf = plain;
 
@@ -601,6 +605,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 				return fprintf(stderr, "%s: %s\n", shape, vb_errmsg()), 1;
 		}
 		t1 = now_ns();
+		vbb_mark_end("publisher", o->count);
 		for (int k = 0; k < o->subs; k++) {
 			struct sink_result r;
 

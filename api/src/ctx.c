@@ -85,6 +85,8 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 	a->size = sizeof(*a);
 	a->progress = VB_PROGRESS_THREAD;
 	a->progress_spin = 64;
+	a->idle = VB_IDLE_BACKOFF;
+	a->idle_spin_us = 200;
 	a->msg_rate = 100000;
 	a->latency_ms = 1.0;
 	a->max_msg = 1u << 20;
@@ -120,6 +122,20 @@ void vb_ctx_attr_init(vb_ctx_attr_t *a)
 			vbi_warn("VERBUS_PROGRESS=%s ignored: use thread or app", mode);
 	}
 	env_unsigned("VERBUS_PROGRESS_SPIN", &a->progress_spin);
+	env_unsigned("VERBUS_IDLE_SPIN_US", &a->idle_spin_us);
+	mode = NULL;
+	env_str("VERBUS_IDLE", &mode);
+	if (mode) {
+		static const char *const names[] = { "backoff", "spin", "yield", "block" };
+		unsigned i = 0;
+
+		while (i < 4 && strcasecmp(mode, names[i]))
+			i++;
+		if (i < 4)
+			a->idle = (vb_idle_t)i;
+		else
+			vbi_warn("VERBUS_IDLE=%s ignored: backoff, spin, yield or block", mode);
+	}
 	env_double("VERBUS_MSG_RATE", &a->msg_rate);
 	env_double("VERBUS_LATENCY_MS", &a->latency_ms);
 	env_size("VERBUS_MAX_MSG", &a->max_msg);
@@ -170,6 +186,10 @@ static int check_attr(const vb_ctx_attr_t *a)
 		return vbi_err(-EINVAL, "cm_timeout_ms %d must be positive", a->cm_timeout_ms);
 	if (!a->max_pending || a->max_pending > 1024)
 		return vbi_err(-EINVAL, "max_pending %u: 1..1024", a->max_pending);
+	if ((unsigned)a->idle > VB_IDLE_BLOCK)
+		return vbi_err(-EINVAL, "idle strategy %d unknown", (int)a->idle);
+	if (a->idle_spin_us > 1000000)
+		return vbi_err(-EINVAL, "idle_spin_us %u: 0..1000000", a->idle_spin_us);
 	if (a->batch > 1)
 		return vbi_err(-EINVAL, "batch %u: 0 (off) or 1 (cork batching)", a->batch);
 	return 0;
@@ -186,7 +206,9 @@ uint64_t vbi_mono_ns(void)
 }
 
 /*
- * Nanoseconds for the hot path's heuristics (batching windows): the TSC
+ * Nanoseconds for the data path's clocks (publisher stall and RTO clocks,
+ * credit and NAK timers, the slow-subscriber check run every progress
+ * round; every one of them is read and compared in this clock only): the TSC
  * scaled by a rate measured once, because clock_gettime() can cost a
  * system call and an emulated HPET read per call in a VM (tens of us under
  * TCG, called twice per publish). Falls back to CLOCK_MONOTONIC where there
@@ -504,6 +526,13 @@ static int ud_open(struct vb_ctx *ctx)
 
 /* ---- progress --------------------------------------------------------------------------- */
 
+#define AFTER_POLL_NS 200000ull /* per-peer round of an idle progress context */
+
+void vbi_ctx_kick(struct vb_ctx *ctx)
+{
+	atomic_store(&ctx->kick, true);
+}
+
 static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
 {
 	pthread_mutex_lock(&ctx->lock);
@@ -653,6 +682,7 @@ static void ud_peers(struct vb_ctx *ctx, bool rebuild)
 			} else if (p->ud.qpn) {
 				vbi_peer_set_ud(p, p->ud.qpn, p->ud.qkey, p->ud.gid);
 				atomic_store(&p->ud_announce, true);
+				vbi_ctx_kick(ctx);
 			}
 		}
 		pthread_rwlock_unlock(&n->lock);
@@ -778,7 +808,20 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	}
 	vbi_peer_handle_failures(ctx);
 	vbi_cb_flush(ctx); /* events from every thread, no lock held */
-	for_each_peer_after_poll(ctx, n == 0);
+	/* The per-peer round (flush, ACKs, credits, keepalives, control
+	 * frames) after a poll that completed something, when another thread
+	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
+	 * changes no credit, ring or receive state, so all it can find due
+	 * is a timer (ms scale). This keeps an empty poll to the CQ reads. */
+	{
+		uint64_t now = vbi_now_ns();
+
+		if (n > 0 || atomic_exchange(&ctx->kick, false) ||
+		    now - ctx->after_poll_ns >= AFTER_POLL_NS) {
+			ctx->after_poll_ns = now;
+			for_each_peer_after_poll(ctx, n == 0);
+		}
+	}
 	vbi_pub_fanout_flush(ctx, n == 0);
 	vbi_pub_slow_check(ctx);
 	if (n == 0) {
@@ -814,10 +857,36 @@ int vb_progress(vb_ctx_t *ctx)
 	return n;
 }
 
+/* The idle strategy after an empty poll (vb_ctx_attr_t.idle): true when
+ * the thread should block on the completion channel now. @idle counts the
+ * empty polls in a row, @since_ns is when the first of them was. */
+static bool idle_wait(struct vb_ctx *ctx, unsigned idle, uint64_t since_ns)
+{
+	switch (ctx->attr.idle) {
+	case VB_IDLE_SPIN:
+		return false;
+	case VB_IDLE_YIELD:
+		sched_yield();
+		return false;
+	case VB_IDLE_BLOCK:
+		return true;
+	case VB_IDLE_BACKOFF:
+	default:
+		if (idle < ctx->attr.progress_spin ||
+		    vbi_now_ns() - since_ns < (uint64_t)ctx->attr.idle_spin_us * 1000) {
+			if (!(idle & 63))
+				sched_yield(); /* see vb_progress() */
+			return false;
+		}
+		return true;
+	}
+}
+
 static void *progress_main(void *arg)
 {
 	struct vb_ctx *ctx = arg;
 	unsigned idle = 0;
+	uint64_t since = 0;
 
 	while (!atomic_load_explicit(&ctx->stop, memory_order_relaxed)) {
 		int n;
@@ -829,11 +898,10 @@ static void *progress_main(void *arg)
 			idle = 0;
 			continue;
 		}
-		if (++idle < ctx->attr.progress_spin) {
-			if (!(idle & 63))
-				sched_yield(); /* see vb_progress() */
+		if (!idle++)
+			since = vbi_now_ns();
+		if (!idle_wait(ctx, idle, since))
 			continue;
-		}
 		/* Block: arm every live device's CQ, poll once more (a
 		 * completion may have slipped in before the arm), then sleep
 		 * until one of them completes something (bounded, so stop and

@@ -427,6 +427,7 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 		/* an accepted UD lane whose accept() has not returned yet: no
 		 * address to answer to; vbi_peer_after_poll sends it later */
 		atomic_store(&l->hello_deferred, true);
+		vbi_ctx_kick(l->node->ctx);
 		if (!atomic_load(&l->conn_ready))
 			return;
 	}
@@ -692,6 +693,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	 * it: the progress thread, which owns the receive streams, does it
 	 * on its next pass (after the LANE frame, on the same lane). */
 	atomic_store(&p->ack_all, true);
+	vbi_ctx_kick(ctx);
 	if (tell) {
 		uint8_t buf[VBI_WIRE_HDR_LEN];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
@@ -1068,6 +1070,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 			vbi_lane_retire(old);
 		/* Our SUBs follow our HELLO: sent from after_poll. */
 		p->subs_pending = true;
+		vbi_ctx_kick(node->ctx);
 		atomic_store(&p->up, true);
 		__atomic_fetch_add(&node->npeers_up, 1, __ATOMIC_RELAXED);
 		vbi_event(ctx, VB_EV_PEER_UP, p->name,

@@ -170,6 +170,7 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, en
 		return vbi_err(rc, "%s", msg);
 	}
 	atomic_store(&l->conn_ready, true);
+	vbi_ctx_kick(l->node->ctx);
 	vbi_lane_send_hello(l);
 	return 0;
 }

@@ -421,7 +421,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 							     h.frag_off, l->mode == VB_QPT_RC) < 0;
 				pthread_mutex_unlock(&p->txlock);
 				if (!bad)
-					atomic_store_explicit(&p->credit_rx_ns, vbi_mono_ns(),
+					atomic_store_explicit(&p->credit_rx_ns, vbi_now_ns(),
 							      memory_order_relaxed);
 				if (bad) {
 					atomic_fetch_add(&ctx->st.malformed, 1);
@@ -631,7 +631,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
 
 		if (l->mode != VB_QPT_RC)
-			vbi_lane_check_timers(p, l, vbi_mono_ns());
+			vbi_lane_check_timers(p, l, vbi_now_ns());
 		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
 			urgent |= r->ack_urgent;
 		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
@@ -834,6 +834,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 		 * HELLO answers it, from the progress thread, once the lane is
 		 * bound (one thread, one lock: the lane's lock changes then). */
 		atomic_store(&l->conn_ready, true); /* UD: its HELLO may be answered */
+		vbi_ctx_kick(node->ctx);
 		l->accepted_ns = vbi_mono_ns();
 		pthread_rwlock_wrlock(&node->lock);
 		if (!l->peer) {

@@ -169,7 +169,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		}
 		if (h->seq > pp->acked) {
 			pp->acked = h->seq;
-			pp->progress_ns = vbi_mono_ns();
+			pp->progress_ns = vbi_now_ns();
 			pp->rto_shift = 0;
 			/* progress: a slow subscriber's clock starts again */
 			pp->stall_ns = pp->acked < pub->win.next_seq - 1 ? pp->progress_ns : 0;
@@ -200,7 +200,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 {
 	struct vb_ctx *ctx = node->ctx;
-	uint64_t now = vbi_mono_ns(), n = 0;
+	uint64_t now = vbi_now_ns(), n = 0;
 
 	if (!h->session || !h->seq)
 		return;
@@ -418,7 +418,7 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 
 	pthread_mutex_lock(&pub->lock);
 	if (pp->high <= pp->acked)
-		pp->progress_ns = vbi_mono_ns(); /* nothing outstanding: the RTO starts now */
+		pp->progress_ns = vbi_now_ns(); /* nothing outstanding: the RTO starts now */
 	if (pp->sent < pp->acked) {
 		/* rewound by a failover, then acknowledged past that point by
 		 * ACKs still in flight: what it acknowledged is gone from the
@@ -608,7 +608,7 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 			pp->sent = pp->acked;
 		}
 		pp->frag_sent = 0;
-		pp->progress_ns = vbi_mono_ns();
+		pp->progress_ns = vbi_now_ns();
 		pp->rto_shift = 0;
 		if (pp->stall_ns) /* a new connection: the slow clock restarts */
 			pp->stall_ns = pp->progress_ns;
@@ -665,7 +665,7 @@ static void slow_cut(struct vb_pub *pub)
 	pthread_mutex_lock(&pub->lock);
 	/* read under the lock: publishing threads set stall clocks to their
 	 * own now, which must not be later than ours */
-	now = vbi_mono_ns();
+	now = vbi_now_ns();
 	if (pub->attr.ack_quorum)
 		for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
 			connected += !pp->dead && peer_reachable(pp->peer);
@@ -765,7 +765,7 @@ static void slow_send_ends(struct vb_pub *pub)
 
 void vbi_pub_slow_check(struct vb_ctx *ctx)
 {
-	uint64_t now = vbi_mono_ns();
+	uint64_t now = vbi_now_ns();
 
 	if (now - ctx->slow_check_ns < SLOW_CHECK_NS)
 		return;
@@ -885,7 +885,7 @@ static int retain_full(struct vb_pub *pub, const char *fmt, ...)
 	if (slow && slow->stall_ns)
 		snprintf(who, sizeof(who), "; the oldest is held by '%s', which acknowledged "
 			 "nothing new for %llu ms%s", slow->peer->name,
-			 (unsigned long long)((vbi_mono_ns() - slow->stall_ns) / 1000000),
+			 (unsigned long long)((vbi_now_ns() - slow->stall_ns) / 1000000),
 			 pub->attr.slow_policy == VB_SLOW_CUT ? "" : " (policy BLOCK)");
 	pthread_mutex_unlock(&pub->lock);
 	atomic_fetch_add(&pub->node->ctx->st.backpressure, 1);
@@ -944,7 +944,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 		if (!pp->dead) {
 			targets[nt++] = pp->peer;
 			if (!pp->stall_ns) /* it holds an unacknowledged message from now */
-				pp->stall_ns = vbi_mono_ns();
+				pp->stall_ns = vbi_now_ns();
 		}
 	if (!nt)
 		pub_release(pub); /* nobody to wait for */
@@ -1182,10 +1182,10 @@ static uint64_t unacked(struct vb_pub *pub)
 static uint64_t linger(struct vb_pub *pub, unsigned ms)
 {
 	struct vb_ctx *ctx = pub->node->ctx;
-	uint64_t end = vbi_mono_ns() + (uint64_t)ms * 1000000, left;
+	uint64_t end = vbi_now_ns() + (uint64_t)ms * 1000000, left;
 
 	pthread_mutex_lock(&pub->lock);
-	while ((left = unacked(pub)) && vbi_mono_ns() < end) {
+	while ((left = unacked(pub)) && vbi_now_ns() < end) {
 		if (ctx->thread_running) {
 			/* short slices: a subscriber given up wakes nobody */
 			struct timespec dl;

@@ -427,8 +427,10 @@ int vb_sub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_s
 	sub->next = node->subs;
 	node->subs = sub;
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
-		if (p->up && !p->subs_pending && vbi_peer_send_subs(p, sub))
+		if (p->up && !p->subs_pending && vbi_peer_send_subs(p, sub)) {
 			p->subs_pending = true;
+			vbi_ctx_kick(node->ctx);
+		}
 	pthread_rwlock_unlock(&node->lock);
 	*out = sub;
 	return 0;

@@ -495,6 +495,9 @@ struct vb_ctx {
 	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
 				     * complete (or for ring space) */
 	bool cork;                  /* attr.batch: cork batching on */
+	atomic_bool kick;           /* another thread left the peers work: the
+				     * next progress round visits them */
+	uint64_t after_poll_ns;     /* progress: last per-peer round */
 	/* Bumped (release) after a thread other than the progress thread has
 	 * built objects that completions will point at, before their first
 	 * post; the progress thread reads it (acquire) before dispatching.
@@ -672,6 +675,9 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+/* Any thread: have the next progress round visit every peer (work for it
+ * was left by a thread other than the progress thread). */
+void vbi_ctx_kick(struct vb_ctx *ctx);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_node_backup_step(struct vb_node *node);

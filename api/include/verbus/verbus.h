@@ -130,6 +130,21 @@ typedef enum vb_progress_mode {
 	VB_PROGRESS_APP = 1,    /* the application calls vb_progress() */
 } vb_progress_mode_t;
 
+/* What the progress thread does after a poll that completed nothing
+ * (vb_ctx_attr_t.idle; the strategies of Aeron's agents). */
+typedef enum vb_idle {
+	VB_IDLE_BACKOFF = 0, /* spin idle_spin_us (and at least progress_spin
+			      * polls, with a sched_yield() every 64), then
+			      * block on the completion channel until
+			      * something completes (default) */
+	VB_IDLE_SPIN = 1,    /* poll without pause: lowest latency, one core
+			      * busy all the time */
+	VB_IDLE_YIELD = 2,   /* sched_yield() after every empty poll: busy,
+			      * but gives the core to any other runnable thread */
+	VB_IDLE_BLOCK = 3,   /* block on the completion channel after every
+			      * empty poll: least CPU, a wake-up per burst */
+} vb_idle_t;
+
 /* Events reported to vb_ctx_attr_t.on_event (on the progress thread, or
  * inside vb_progress(): see the synchronization table). */
 typedef enum vb_event_type {
@@ -256,6 +271,13 @@ typedef struct vb_ctx_attr {
 	const char *auth_key_file; /* or: a file holding the key in hex
 				 * (whitespace ignored), read at vb_ctx_create;
 				 * used when auth_key is NULL [VERBUS_AUTH_KEY_FILE] */
+	/* The progress thread's idle strategy (appended; VB_PROGRESS_THREAD
+	 * only: in VB_PROGRESS_APP the caller of vb_progress() decides). */
+	vb_idle_t idle;         /* VB_IDLE_BACKOFF
+				 * [VERBUS_IDLE=backoff|spin|yield|block] */
+	unsigned idle_spin_us;  /* VB_IDLE_BACKOFF: how long it spins before
+				 * it blocks, 0..1000000 us, 200
+				 * [VERBUS_IDLE_SPIN_US] */
 } vb_ctx_attr_t;
 
 /**
