@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * vb_bench lifecycle: what a QP costs to bring up and tear down, cold vs
- * taken from the pre-warmed pool (core/qpool.h) vs recycled through RESET.
+ * taken from the pre-warmed pool (engine/qpool.h) vs recycled through RESET.
  *
  * Per QP type (RC, UD), over --qps N QPs (>= 200 by default):
  *   cold:    create, RESET->INIT, INIT->RTR, RTR->RTS, then retire:
@@ -27,8 +27,8 @@
 #include "bench/bench.h"
 #include "core/err.h"
 #include "core/qp_fsm.h"
-#include "core/qp_handle.h"
-#include "core/qpool.h"
+#include "engine/qp_handle.h"
+#include "engine/qpool.h"
 #include "transport/transport.h"
 
 enum {

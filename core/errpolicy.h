@@ -32,7 +32,7 @@
 
 #include <stdint.h>
 
-#include "transport/transport.h"
+#include "core/qp_types.h" /* enum vbt_wc_status, enum vbt_event_type */
 
 /* enum vbt_wc_status is dense 0..VBT_WC_GENERAL_ERR. */
 #define VBI_WC_STATUS__COUNT (VBT_WC_GENERAL_ERR + 1)

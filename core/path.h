@@ -7,7 +7,7 @@
  * never dereferences it.
  *
  * RCU. The active lane is read by posting threads inside
- * vbi_rcu_read_lock() (liburcu memb flavour, helpers from core/qp_handle.h)
+ * vbi_rcu_read_lock() (liburcu memb flavour, helpers from core/rcu.h)
  * with vbi_path_lane() or, when the epoch/mode must match the lane,
  * vbi_path_read() (a seqcount: retried if a switch ran meanwhile). A switch
  * publishes the new lane with an atomic exchange (rcu_xchg_pointer
@@ -87,8 +87,8 @@
 #include <stdint.h>
 #include <urcu/arch.h>     /* caa_cpu_relax */
 
-#include "core/qp_handle.h" /* vbi_rcu_* */
 #include "core/qp_types.h"  /* enum vb_qp_type: RC < UC < UD = best..worst */
+#include "core/rcu.h"       /* vbi_rcu_*: readers of the lane pointer */
 
 #define VBI_PATH_MAX_FAILURES 64
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# clang static analyzer over the library (core/ transport/ api/; tests,
+# clang static analyzer over the library (core/ transport/ engine/ api/; tests,
 # bench and examples are not built): a fresh build-scan/ under scan-build,
 # so every file is analyzed. Fails on any finding not explained in
 # scripts/scan-build.supp (each entry is explained in docs/testing.md,
@@ -25,14 +25,18 @@ scan-build -o "$dir/report" cmake --build "$dir" -j "$jobs" > "$dir/scan.log" 2>
 mapfile -t found < <(grep -E '^/.*: warning: .*\[[a-zA-Z.]+\]$' "$dir/scan.log" | sort -u)
 unexplained=0
 for f in "${found[@]}"; do
-  file=${f%%:*}
+  # a header is named by the link it was reached through,
+  # build-scan/layer-include/<layer>/<layer>/... (cmake/VerbusLayers.cmake):
+  # name it by its place in the tree
+  file=$(realpath -- "${f%%:*}" 2>/dev/null || echo "${f%%:*}")
   file=${file#"$root"/}
+  where=$file:${f#*:}
   checker=${f##*[}
   checker=${checker%]}
   if grep -qxF "$file $checker" <(grep -v '^#' "$supp" | sed 's/[[:space:]]*$//'); then
-    echo "scan-build: explained (docs/testing.md): ${f#"$root"/}"
+    echo "scan-build: explained (docs/testing.md): $where"
   else
-    echo "scan-build: UNEXPLAINED: ${f#"$root"/}"
+    echo "scan-build: UNEXPLAINED: $where"
     unexplained=$((unexplained + 1))
   fi
 done

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The transport ops table: everything core needs from an RDMA-like backend, at
- * verbs granularity (device, PD, MR, CQ, QP, AH, post, poll, async events,
- * connection set-up). transport/verbs implements it with libibverbs +
- * librdmacm (`vbt_verbs_ops`); a later transport/shm implements the same ops
- * and the same QP state machine. core includes this header, never
- * <infiniband/verbs.h>: every type here is core-side and converted at the
- * backend boundary.
+ * The transport ops table: everything the layers above (engine/, api/) need
+ * from an RDMA-like backend, at verbs granularity (device, PD, MR, CQ, QP, AH,
+ * post, poll, async events, connection set-up). transport/verbs implements it
+ * with libibverbs + librdmacm (`vbt_verbs_ops`); a later transport/shm
+ * implements the same ops and the same QP state machine. The layers above
+ * include this header, never <infiniband/verbs.h>: every type here is
+ * backend-neutral and converted at the backend boundary. core/ sits below and
+ * never includes it (docs/architecture.md); the types core shares with it
+ * live in core/qp_types.h.
  *
  * Model (rdma-core providers, nng transports):
  *  - Each backend is one `static const struct vbt_ops` with designated
@@ -101,31 +103,8 @@ enum vbt_port_state {
 	VBT_PORT_ACTIVE_DEFER = 5,
 };
 
-/* == enum ibv_wc_status */
-enum vbt_wc_status {
-	VBT_WC_SUCCESS = 0,
-	VBT_WC_LOC_LEN_ERR = 1,
-	VBT_WC_LOC_QP_OP_ERR = 2,
-	VBT_WC_LOC_EEC_OP_ERR = 3,
-	VBT_WC_LOC_PROT_ERR = 4,
-	VBT_WC_WR_FLUSH_ERR = 5,
-	VBT_WC_MW_BIND_ERR = 6,
-	VBT_WC_BAD_RESP_ERR = 7,
-	VBT_WC_LOC_ACCESS_ERR = 8,
-	VBT_WC_REM_INV_REQ_ERR = 9,
-	VBT_WC_REM_ACCESS_ERR = 10,
-	VBT_WC_REM_OP_ERR = 11,
-	VBT_WC_RETRY_EXC_ERR = 12,
-	VBT_WC_RNR_RETRY_EXC_ERR = 13,
-	VBT_WC_LOC_RDD_VIOL_ERR = 14,
-	VBT_WC_REM_INV_RD_REQ_ERR = 15,
-	VBT_WC_REM_ABORT_ERR = 16,
-	VBT_WC_INV_EECN_ERR = 17,
-	VBT_WC_INV_EEC_STATE_ERR = 18,
-	VBT_WC_FATAL_ERR = 19,
-	VBT_WC_RESP_TIMEOUT_ERR = 20,
-	VBT_WC_GENERAL_ERR = 21,
-};
+/* enum vbt_wc_status (== enum ibv_wc_status) and enum vbt_event_type (async
+ * events): core/qp_types.h, where core's error policy reads them. */
 
 /* Completion opcodes (core-side, converted). */
 enum vbt_wc_opcode {
@@ -157,36 +136,6 @@ enum {
 	VBT_SEND_SIGNALED = 1 << 1,
 	VBT_SEND_SOLICITED = 1 << 2,
 	VBT_SEND_INLINE = 1 << 3,
-};
-
-/* Async events, core-side codes (converted from enum ibv_event_type). */
-enum vbt_event_type {
-	VBT_EV_QP_FATAL = 0,      /* QP went to ERR: catastrophic; recover/destroy */
-	VBT_EV_QP_REQ_ERR,        /* QP went to ERR: invalid request from peer */
-	VBT_EV_QP_ACCESS_ERR,     /* QP went to ERR: remote access violation */
-	VBT_EV_COMM_EST,          /* first packet received while in RTR */
-	VBT_EV_SQ_DRAINED,        /* SQD reached with no outstanding sends */
-	VBT_EV_PATH_MIG,
-	VBT_EV_PATH_MIG_ERR,
-	VBT_EV_QP_LAST_WQE_REACHED, /* SRQ-attached QP in ERR: last WQE consumed */
-	VBT_EV_CQ_ERR,            /* CQ overrun or other CQ error */
-	VBT_EV_SRQ_ERR,
-	VBT_EV_SRQ_LIMIT_REACHED,
-	VBT_EV_PORT_ACTIVE,
-	VBT_EV_PORT_ERR,
-	VBT_EV_LID_CHANGE,
-	VBT_EV_PKEY_CHANGE,
-	VBT_EV_SM_CHANGE,
-	VBT_EV_CLIENT_REREGISTER,
-	VBT_EV_GID_CHANGE,
-	VBT_EV_DEVICE_FATAL,      /* the device is gone: close everything on it */
-	VBT_EV_WQ_FATAL,
-	VBT_EV_DEVICE_REMOVAL,    /* the device is being unregistered (rdma link delete,
-				   * hot-unplug): rdma_cm's DEVICE_REMOVAL, seen on the
-				   * device's watch id. The kernel waits until every
-				   * object on it is closed: close them (then dev_close) */
-	VBT_EV_OTHER,             /* a code this backend does not know (raw set) */
-	VBT_EV__COUNT
 };
 
 /* ---- objects (fields are written by the backend, read-only for users) --- */

@@ -43,7 +43,7 @@
 #include "api/src/vb_int.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "core/qp_handle.h"
+#include "core/rcu.h"
 
 /* HELLO payload: core/wire_msg.h (vbi_wire_hello_encode/decode). */
 _Static_assert(VBI_LANE_PROBE == VBI_WIRE_ROLE_MAX, "HELLO roles");

@@ -19,8 +19,8 @@
 
 #include "core/err.h"
 #include "core/mempool.h"
-#include "core/qp_engine.h"
-#include "core/qp_handle.h"
+#include "engine/qp_engine.h"
+#include "engine/qp_handle.h"
 #include "tests/common/rxe_env.h"
 #include "transport/transport.h"
 

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "core/qpool.h"
+#include "engine/qpool.h"
 #include "tests/rxe/lifecycle_env.h"
 
 static struct lc_env env;

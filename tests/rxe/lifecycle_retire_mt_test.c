@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "core/qpool.h"
+#include "engine/qpool.h"
 #include "tests/rxe/lifecycle_env.h"
 
 #define WORKERS 4

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "core/errpolicy.h"
+#include "transport/transport.h" /* vbt_wc_status_str, vbt_event_name: failure messages */
 
 struct expect {
 	int code;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pre-warmed, recycling pool of engine QPs (core/qp_engine.h) for one key
+ * Pre-warmed, recycling pool of engine QPs (engine/qp_engine.h) for one key
  * (PD, CQ, QP type, capacities). QPs are created ahead of demand and parked
  * in INIT (RC/UC: ready for INIT->RTR->RTS against a peer) or RTS (UD: ready
  * to send); vbi_qpool_get() takes a parked one (a hit) or creates and parks
@@ -33,10 +33,10 @@
  *
  * Return codes: 0 or negative errno (vb_errmsg() set).
  */
-#ifndef VERBUS_CORE_QPOOL_H
-#define VERBUS_CORE_QPOOL_H
+#ifndef VERBUS_ENGINE_QPOOL_H
+#define VERBUS_ENGINE_QPOOL_H
 
-#include "core/qp_engine.h"
+#include "engine/qp_engine.h"
 
 struct vbi_qpool;
 

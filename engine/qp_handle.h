@@ -9,14 +9,12 @@
  *
  * Every thread that reads a handle, polls with vbi_qpe_poll() or destroys
  * must be registered: vbi_rcu_register_thread() once, and
- * vbi_rcu_unregister_thread() before it exits.
+ * vbi_rcu_unregister_thread() before it exits (core/rcu.h).
  *
  * The pointer itself is published with C11 release/acquire atomics (what
  * rcu_assign_pointer / rcu_dereference / rcu_xchg_pointer do, written so
  * ThreadSanitizer sees them); the read-side critical sections and grace
- * periods are liburcu's. Under TSan the grace period is also announced to
- * the tool (readers release, synchronizers acquire one token) since
- * liburcu's own barriers are invisible to it.
+ * periods are liburcu's, through core/rcu.h.
  *
  * Retire sequence (vbi_qp_handle_retire):
  *   1. old = xchg(handle, NULL)          new readers see no QP (-ENOTCONN)
@@ -39,53 +37,13 @@
  * Return codes: 0 or negative errno; posting through an empty handle gives
  * -ENOTCONN (no message: it is the normal state during failover).
  */
-#ifndef VERBUS_CORE_QP_HANDLE_H
-#define VERBUS_CORE_QP_HANDLE_H
+#ifndef VERBUS_ENGINE_QP_HANDLE_H
+#define VERBUS_ENGINE_QP_HANDLE_H
 
-#include <urcu/urcu-memb.h>
-
-#include "core/qp_engine.h"
+#include "core/rcu.h"
+#include "engine/qp_engine.h"
 
 struct vbi_qpool;
-
-#if defined(__SANITIZE_THREAD__)
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-extern char vbi_rcu_tsan_token;
-#define VBI_TSAN_RELEASE() __tsan_release(&vbi_rcu_tsan_token)
-#define VBI_TSAN_ACQUIRE() __tsan_acquire(&vbi_rcu_tsan_token)
-#else
-#define VBI_TSAN_RELEASE() do { } while (0)
-#define VBI_TSAN_ACQUIRE() do { } while (0)
-#endif
-
-static inline void vbi_rcu_register_thread(void)
-{
-	urcu_memb_register_thread();
-}
-
-static inline void vbi_rcu_unregister_thread(void)
-{
-	urcu_memb_unregister_thread();
-}
-
-static inline void vbi_rcu_read_lock(void)
-{
-	urcu_memb_read_lock();
-}
-
-static inline void vbi_rcu_read_unlock(void)
-{
-	VBI_TSAN_RELEASE();
-	urcu_memb_read_unlock();
-}
-
-/* Wait for every read-side critical section that began before the call. */
-static inline void vbi_rcu_synchronize(void)
-{
-	urcu_memb_synchronize_rcu();
-	VBI_TSAN_ACQUIRE();
-}
 
 struct vbi_qp_handle {
 	struct vbi_qpe *qp; /* RCU-protected; NULL when nothing is published */

@@ -7,8 +7,9 @@
  * then recovered in place (ERR->RESET->INIT->RTR->RTS, same qp_num) or
  * destroyed without any thread touching freed memory.
  *
- * Pieces built on it: core/qpool.h (pre-warmed, recycled QPs) and
- * core/qp_handle.h (the RCU-protected pointer posters read; RCU helpers).
+ * Pieces built on it: engine/qpool.h (pre-warmed, recycled QPs) and
+ * engine/qp_handle.h (the RCU-protected pointer posters read); the RCU
+ * helpers are core/rcu.h.
  *
  * Tracking. Every WR posted through vbi_qpe_post_send/_recv takes a slot
  * (buffer pointer + cookie) and is posted SIGNALED, so each one produces
@@ -68,8 +69,8 @@
  * set, except -EAGAIN from posting (back-pressure: queue full, or posting
  * paused during a drain/reset), which sets no message.
  */
-#ifndef VERBUS_CORE_QP_ENGINE_H
-#define VERBUS_CORE_QP_ENGINE_H
+#ifndef VERBUS_ENGINE_QP_ENGINE_H
+#define VERBUS_ENGINE_QP_ENGINE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "core/qp_engine.h"
+#include "engine/qp_engine.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/qp_fsm.h"
-#include "core/qp_handle.h"
+#include "core/rcu.h"
 
 /* wr_id: | registry index 20 | incarnation 24 | slot 20 | */
 #define WRID_SLOT_BITS 20

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "core/qpool.h"
+#include "engine/qpool.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
-#include "core/qp_handle.h"
+#include "core/rcu.h"
 
 struct vbi_qpool {
 	struct vbi_qpool_attr attr;

@@ -1,14 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-#include "core/qp_handle.h"
+#include "engine/qp_handle.h"
 
 #include <errno.h>
 
 #include "core/err.h"
-#include "core/qpool.h"
-
-#if defined(__SANITIZE_THREAD__)
-char vbi_rcu_tsan_token;
-#endif
+#include "engine/qpool.h"
 
 struct vbi_qpe *vbi_qp_handle_publish(struct vbi_qp_handle *h, struct vbi_qpe *q)
 {
