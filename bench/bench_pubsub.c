@@ -606,6 +606,19 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		}
 		t1 = now_ns();
 		vbb_mark_end("publisher", o->count);
+		if (getenv("VB_BENCH_STATS")) { /* diagnostics: how the messages went out */
+			vb_stats_t st;
+
+			if (vb_ctx_stats(e.ctx, &st) == 0)
+				fprintf(stderr, "%s: publisher: published %llu, SENDs/datagrams %llu, "
+					"frames %llu (batched %llu), inline %llu, back-pressure %llu\n",
+					shape, (unsigned long long)st.published,
+					(unsigned long long)st.sends_posted,
+					(unsigned long long)st.frames_sent,
+					(unsigned long long)st.batched_frames,
+					(unsigned long long)st.inline_sends,
+					(unsigned long long)st.backpressure);
+		}
 		for (int k = 0; k < o->subs; k++) {
 			struct sink_result r;
 

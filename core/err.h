@@ -10,6 +10,7 @@
 #define VERBUS_CORE_ERR_H
 
 #include <errno.h>
+#include <stddef.h>
 
 #define VBI_ERRMSG_MAX 512
 
@@ -40,6 +41,16 @@ int vbi_err_prefix_fn(int rc, const char *fmt, ...) __attribute__((format(printf
 
 /* Clear this thread's message. */
 void vbi_err_clear(void);
+
+/* An error whose message is formatted only when it is read (vbi_errmsg()):
+ * for refusals a caller may retry at full rate, such as a publisher's
+ * -EAGAIN back-pressure, where formatting would cost more than the retry.
+ * @data (up to VBI_ERR_LAZY_MAX bytes, copied now) is what @fn formats
+ * into the message buffer later; the message reads as if formatted now.
+ * Returns @rc. Thread-local, like every error message. */
+#define VBI_ERR_LAZY_MAX 256
+typedef void (*vbi_err_fmt_fn)(char *buf, size_t len, const void *data);
+int vbi_err_lazy(int rc, vbi_err_fmt_fn fn, const void *data, size_t len);
 
 /* This thread's message ("" when none). */
 const char *vbi_errmsg(void);

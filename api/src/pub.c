@@ -132,8 +132,10 @@ static uint64_t pub_release(struct vb_pub *pub)
 		if (n < VBI_MAX_PEERS)
 			acked[n++] = pp->acked > pp->joined ? pp->acked : 0;
 	}
-	if (min > pub->win.acked)
+	if (min > pub->win.acked) {
 		vbi_txwin_ack(&pub->win, min, release_msg, pub);
+		atomic_store_explicit(&pub->win_full, false, memory_order_relaxed);
+	}
 	if (pub->attr.ack_quorum && n >= pub->attr.ack_quorum) {
 		uint64_t q;
 
@@ -865,31 +867,72 @@ int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim)
 	return 0;
 }
 
-/* -EAGAIN from vb_pub_commit(): @fmt says what is full; the message adds
- * which live subscriber holds the oldest message, and for how long it has
- * not advanced. Called with pub->lock held; drops it. */
-static int retain_full(struct vb_pub *pub, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static int retain_full(struct vb_pub *pub, const char *fmt, ...)
+/* What a publisher's -EAGAIN says, kept unformatted: a publisher retries at
+ * full rate while its window is full, and formatting the message each time
+ * cost more than the retry (vfprintf on the publishing thread's profile).
+ * vb_errmsg() formats it (full_fmt) when it is read. */
+struct full_why {
+	char topic[96], who[64];
+	bool bytes;             /* retain_bytes reached, else the window */
+	bool block;             /* slow_policy BLOCK */
+	unsigned inflight;
+	size_t retained, cap;
+	uint64_t held_ms;       /* UINT64_MAX: no holder known */
+};
+_Static_assert(sizeof(struct full_why) <= VBI_ERR_LAZY_MAX, "full_why fits the lazy error");
+_Static_assert(VBI_TOPIC_MAX < 96 && VBI_NAME_MAX <= 64, "names fit full_why");
+
+static void full_fmt(char *buf, size_t len, const void *data)
+{
+	const struct full_why *w = data;
+	char who[256] = "";
+
+	if (w->held_ms != UINT64_MAX)
+		snprintf(who, sizeof(who), "; the oldest is held by '%s', which acknowledged "
+			 "nothing new for %llu ms%s", w->who, (unsigned long long)w->held_ms,
+			 w->block ? " (policy BLOCK)" : "");
+	if (w->bytes)
+		snprintf(buf, len, "vb_pub_commit: '%s': retained bytes at retain_bytes (%zu of %zu "
+			 "bytes, %u messages not yet acknowledged by every subscriber)%s", w->topic,
+			 w->retained, w->cap, w->inflight, who);
+	else
+		snprintf(buf, len, "vb_pub_commit: '%s': retransmit window full (%u messages not yet "
+			 "acknowledged by every subscriber)%s", w->topic, w->inflight, who);
+}
+
+static void copy_name(char *dst, size_t len, const char *src, size_t srclen)
+{
+	size_t n = strnlen(src, len - 1 < srclen ? len - 1 : srclen);
+
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* -EAGAIN from vb_pub_commit(): the window (or retain_bytes, @bytes) is
+ * full; the message says which live subscriber holds the oldest message,
+ * and for how long it has not advanced. Called with pub->lock held; drops
+ * it. */
+static int retain_full(struct vb_pub *pub, bool bytes)
 {
 	struct vbi_pubpeer *slow = NULL;
-	char what[192], who[128] = "";
-	va_list ap;
+	struct full_why w = { .bytes = bytes, .inflight = vbi_txwin_inflight(&pub->win),
+			      .retained = pub->retained, .cap = pub->attr.retain_bytes,
+			      .held_ms = UINT64_MAX,
+			      .block = pub->attr.slow_policy != VB_SLOW_CUT };
 
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
+	copy_name(w.topic, sizeof(w.topic), pub->topic, sizeof(pub->topic));
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
 		if (!pp->dead && (!slow || pp->acked < slow->acked))
 			slow = pp;
-	if (slow && slow->stall_ns)
-		snprintf(who, sizeof(who), "; the oldest is held by '%s', which acknowledged "
-			 "nothing new for %llu ms%s", slow->peer->name,
-			 (unsigned long long)((vbi_now_ns() - slow->stall_ns) / 1000000),
-			 pub->attr.slow_policy == VB_SLOW_CUT ? "" : " (policy BLOCK)");
+	if (slow && slow->stall_ns) {
+		uint64_t now = vbi_now_ns();
+
+		copy_name(w.who, sizeof(w.who), slow->peer->name, sizeof(slow->peer->name));
+		w.held_ms = now > slow->stall_ns ? (now - slow->stall_ns) / 1000000 : 0;
+	}
 	pthread_mutex_unlock(&pub->lock);
 	atomic_fetch_add(&pub->node->ctx->st.backpressure, 1);
-	return vbi_err(-EAGAIN, "'%s': %s%s", pub->topic, what, who);
+	return vbi_err_lazy(-EAGAIN, full_fmt, &w, sizeof(w));
 }
 
 int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_out)
@@ -924,16 +967,15 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	pthread_mutex_lock(&pub->lock);
 	if (pub->attr.retain_bytes && pub->retained &&
 	    pub->retained + m->len > pub->attr.retain_bytes) {
-		rc = retain_full(pub, "retained bytes at retain_bytes (%zu of %zu bytes, %u messages "
-				 "not yet acknowledged by every subscriber)", pub->retained,
-				 pub->attr.retain_bytes, vbi_txwin_inflight(&pub->win));
+		rc = retain_full(pub, true);
 		atomic_fetch_add(&ctx->st.retain_full, 1);
 		return rc;
 	}
 	rc = vbi_txwin_push(&pub->win, m, m->len, &seq);
-	if (rc)
-		return retain_full(pub, "retransmit window full (%u messages not yet acknowledged by "
-				   "every subscriber)", vbi_txwin_inflight(&pub->win));
+	if (rc) {
+		atomic_store_explicit(&pub->win_full, true, memory_order_relaxed);
+		return retain_full(pub, false);
+	}
 	pub->retained += m->len;
 	m->seq = seq;
 	h = (struct vbi_wire_hdr){ .type = VBI_WT_DATA, .flags = m->flags, .session = pub->session,
@@ -986,6 +1028,18 @@ int vb_publish(vb_pub_t *pub, const void *data, size_t len, uint64_t *seq)
 
 	if (!pub || (len && !data))
 		return vbi_err(-EINVAL, "vb_publish: NULL argument");
+	if (atomic_load_explicit(&pub->win_full, memory_order_relaxed)) {
+		/* A publisher retrying while its window is still full (no ACK
+		 * released anything since the push that found it full):
+		 * refused before a buffer is claimed, and without the lock the
+		 * progress thread needs to release the window. The message
+		 * names no holder (the refusal that set the flag did). */
+		struct full_why w = { .inflight = pub->win.cap, .held_ms = UINT64_MAX };
+
+		copy_name(w.topic, sizeof(w.topic), pub->topic, sizeof(pub->topic));
+		atomic_fetch_add_explicit(&pub->node->ctx->st.backpressure, 1, memory_order_relaxed);
+		return vbi_err_lazy(-EAGAIN, full_fmt, &w, sizeof(w));
+	}
 	rc = vb_pub_claim(pub, len, &c);
 	if (rc)
 		return rc;
