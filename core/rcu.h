@@ -17,6 +17,7 @@
  * Synchronization table:
  *   call                           may run concurrently with
  *   vbi_rcu_read_lock/unlock       everything, in registered threads; nests.
+ *   vbi_rcu_enter/leave            everything, in any thread (registers it).
  *   vbi_rcu_synchronize            anything, but never inside a read-side
  *                                  critical section (deadlock).
  *   vbi_rcu_register_thread,       anything; once per thread each.
@@ -25,6 +26,7 @@
 #ifndef VERBUS_CORE_RCU_H
 #define VERBUS_CORE_RCU_H
 
+#include <stdbool.h>
 #include <urcu/urcu-memb.h>
 
 #if defined(__SANITIZE_THREAD__)
@@ -57,6 +59,25 @@ static inline void vbi_rcu_read_unlock(void)
 {
 	VBI_TSAN_RELEASE();
 	urcu_memb_read_unlock();
+}
+
+/* The read side for threads that register lazily (any thread that posts
+ * or publishes, the application's included): the first call registers
+ * the calling thread, which is unregistered when it exits (a thread key's
+ * destructor); then it read-locks. */
+extern __thread bool vbi_rcu_registered;
+void vbi_rcu_register_lazily(void);
+
+static inline void vbi_rcu_enter(void)
+{
+	if (__builtin_expect(!vbi_rcu_registered, 0))
+		vbi_rcu_register_lazily();
+	vbi_rcu_read_lock();
+}
+
+static inline void vbi_rcu_leave(void)
+{
+	vbi_rcu_read_unlock();
 }
 
 /* Wait for every read-side critical section that began before the call.

@@ -49,40 +49,6 @@
 _Static_assert(VBI_LANE_PROBE == VBI_WIRE_ROLE_MAX, "HELLO roles");
 _Static_assert(VB_QPT_RC == 0 && VB_QPT_UC == 1 && VB_QPT_UD == 2, "HELLO modes");
 
-/* ---- RCU readers: any thread that posts, registered on first use -------------------- */
-
-static pthread_key_t rcu_key;
-static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
-static __thread bool rcu_registered;
-
-static void rcu_thread_exit(void *arg)
-{
-	(void)arg;
-	vbi_rcu_unregister_thread();
-}
-
-static void rcu_key_init(void)
-{
-	if (pthread_key_create(&rcu_key, rcu_thread_exit))
-		vbi_error("no thread key for RCU registration");
-}
-
-void vbi_rcu_enter(void)
-{
-	if (__builtin_expect(!rcu_registered, 0)) {
-		pthread_once(&rcu_once, rcu_key_init);
-		vbi_rcu_register_thread();
-		pthread_setspecific(rcu_key, (void *)1);
-		rcu_registered = true;
-	}
-	vbi_rcu_read_lock();
-}
-
-void vbi_rcu_leave(void)
-{
-	vbi_rcu_read_unlock();
-}
-
 /* ---- creation, posting ---------------------------------------------------------------- */
 
 static int post_slot(struct vbi_lane *l, struct vbi_slot *s)

@@ -393,6 +393,8 @@ struct vb_pub {
 	pthread_mutex_t lock;
 	pthread_cond_t acked_cv;
 	struct vbi_txwin win;      /* ORDERED */
+	atomic_bool win_full;      /* ORDERED: the last push found the window
+				    * full (a hint; vb_publish checks under lock) */
 	uint64_t fanout_seq;       /* FANOUT: last sequence used */
 	uint64_t last_pub_ms;      /* FANOUT: when it last published */
 	struct vbi_msg *batch;     /* FANOUT: datagram being filled (ud_lock) */
@@ -604,8 +606,6 @@ void vbi_ctx_put_peer(struct vb_ctx *ctx);
 uint64_t vbi_mono_ns(void);
 
 /* lane.c: lanes, failover, the maintenance thread */
-void vbi_rcu_enter(void);  /* registers the thread on first use, then read-locks */
-void vbi_rcu_leave(void);
 /* Receive slots an accepted connection has before its HELLO is valid. */
 #define VBI_LEAN_SLOTS 2u
 /* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
