@@ -30,6 +30,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@
 
 #include "bench/bench.h"
 #include "bench/clock.h"
+#include "bench/thread_cpu.h"
 #include "core/hist.h"
 
 struct opts {
@@ -168,9 +170,14 @@ static int publish_spin(vb_pub_t *pub, const void *buf, size_t len, vb_ctx_t *ct
 {
 	int rc;
 
+	/* Back-pressure: with a progress thread, give the core to it (and to
+	 * the subscribers' threads: the bench runs more busy threads than the
+	 * VM has cores); in APP mode, drive the progress. */
 	while ((rc = vb_publish(pub, buf, len, NULL)) == -EAGAIN)
 		if (app)
 			vb_progress(ctx);
+		else
+			sched_yield();
 	return rc;
 }
 
@@ -478,7 +485,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 	vb_sub_stats_t st;
 	static struct sink s[16];
 	struct sink_result r;
-	uint64_t last = 0, quiet_since = now_ns();
+	uint64_t last = 0, quiet_since = now_ns(), started = 0;
+	static struct vbb_tcpu cpu0;
 
 	vb_ctx_attr_init(&ca);
 	ca.ip = o->ip;
@@ -516,6 +524,10 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 			usleep(1000);
 			continue;
 		}
+		if (!started) { /* the stream started: CPU time counts from here */
+			vbb_tcpu_snap(&cpu0);
+			started = now_ns();
+		}
 		if (g != last) {
 			last = g;
 			quiet_since = now_ns();
@@ -524,6 +536,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 		}
 		usleep(1000);
 	}
+	if (getenv("VB_BENCH_STATS") && started)
+		vbb_tcpu_print(stderr, "subscriber", &cpu0, now_ns() - started);
 	for (int k = 0; k < nsubs; k++) {
 		vb_sub_stats(sub[k], &st);
 		vb_sub_destroy(sub[k]);
@@ -563,6 +577,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		uint8_t *plain = calloc(1, size), *stamped = calloc(1, size);
 		uint64_t t0, t1, got = 0, lost = 0, bytes = 0, maxns = 0, worst_p99 = 0;
 		double agg = 0;
+		static struct vbb_tcpu cpu0;
 
 		if (!plain || !stamped || pipe(pfd) || pipe(rfd))
 			return 1;
@@ -590,6 +605,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		if (o->count > 20000)
 			fprintf(stderr, "%s: %s %zu B x %llu to %d subscriber(s)...\n", shape,
 				cls_name(o->cls), size, (unsigned long long)o->count, o->subs);
+		vbb_tcpu_snap(&cpu0);
 		t0 = now_ns();
 		vbb_mark_start();
 		for (uint64_t i = 0; i < o->count; i++) {
@@ -609,6 +625,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		if (getenv("VB_BENCH_STATS")) { /* diagnostics: how the messages went out */
 			vb_stats_t st;
 
+			vbb_tcpu_print(stderr, "publisher", &cpu0, t1 - t0);
 			if (vb_ctx_stats(e.ctx, &st) == 0)
 				fprintf(stderr, "%s: publisher: published %llu, SENDs/datagrams %llu, "
 					"frames %llu (batched %llu), inline %llu, back-pressure %llu\n",

@@ -1127,6 +1127,8 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		goto err;
 	if (attr->progress == VB_PROGRESS_THREAD) {
 		rc = -pthread_create(&ctx->thread, NULL, progress_main, ctx);
+		if (!rc)
+			vbi_thread_name(ctx->thread, "vb-progress");
 		if (rc) {
 			vbi_err(rc, "progress thread: %s", strerror(-rc));
 			goto err;

@@ -351,6 +351,8 @@ int vbi_maint_start(struct vb_node *node)
 {
 	int rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
 
+	if (!rc)
+		vbi_thread_name(node->maint_thread, "vb-maint");
 	if (rc)
 		return vbi_err(rc, "maintenance thread: %s", strerror(-rc));
 	node->maint_running = true;

@@ -912,6 +912,8 @@ static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint1
 				htons(node->listener[1]->port);
 	}
 	rc = -pthread_create(&node->accept_thread[idx], NULL, mains[idx], node);
+	if (!rc)
+		vbi_thread_name(node->accept_thread[idx], "vb-accept");
 	if (rc)
 		return vbi_err(rc, "accept thread: %s", strerror(-rc));
 	node->accepting[idx] = true;

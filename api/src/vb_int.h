@@ -678,6 +678,9 @@ void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
 void vbi_ctx_kick(struct vb_ctx *ctx);
+/* Name a library thread (what ps, top and perf show): "vb-progress",
+ * "vb-maint", "vb-accept". Best effort. */
+void vbi_thread_name(pthread_t t, const char *name);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_node_backup_step(struct vb_node *node);
