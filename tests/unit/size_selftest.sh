@@ -8,6 +8,7 @@
 #
 #   tests/unit/size_selftest.sh CHECK_SIZE_SH
 set -uo pipefail
+. "$(dirname "$0")/selftest_lib.sh"
 
 check=$1
 t=$(mktemp -d "${TMPDIR:-/tmp}/verbus-size-selftest.XXXXXX")
@@ -33,18 +34,11 @@ pad() {
 	done
 }
 
-# expect NAME RC PATTERN ARGS...: run the check on $t/src
+# expect NAME RC PATTERN ARGS...: run the check on $t/src with ARGS
 expect() {
-	local name=$1 want=$2 pattern=$3 out rc
+	local name=$1 want=$2 pattern=$3
 	shift 3
-	out=$("$check" "$t/src" "$@" 2>&1); rc=$?
-	if [ "$rc" -ne "$want" ] || ! grep -qF -- "$pattern" <<<"$out"; then
-		echo "FAIL $name: exit $rc (want $want), output lacks '$pattern':"
-		sed 's/^/    /' <<<"$out"
-		bad=1
-	else
-		echo "ok   $name: exit $rc, '$pattern'"
-	fi
+	expect_output "$name" "$want" "$pattern" "$check" "$t/src" "$@"
 }
 
 fresh() { rm -rf "$t/src"; mkdir -p "$t/src/core" "$t/src/transport/verbs" "$t/src/api/src"; }
