@@ -6,6 +6,7 @@
 #
 #   tests/unit/layers_selftest.sh CHECK_LAYERS_SH [CC]
 set -uo pipefail
+. "$(dirname "$0")/selftest_lib.sh"
 
 check=$1 cc=${2:-cc}
 t=$(mktemp -d "${TMPDIR:-/tmp}/verbus-layers-selftest.XXXXXX")
@@ -47,18 +48,10 @@ build_tree() {
 
 # expect NAME RC PATTERN [BUILD]: run the check, compare exit status and output
 expect() {
-	local name=$1 want=$2 pattern=$3 out rc
 	if [ -n "${4:-}" ]; then
-		out=$("$check" "$t/src" "$t/build" 2>&1); rc=$?
+		expect_output "$1" "$2" "$3" "$check" "$t/src" "$t/build"
 	else
-		out=$("$check" "$t/src" 2>&1); rc=$?
-	fi
-	if [ "$rc" -ne "$want" ] || ! grep -qF -- "$pattern" <<<"$out"; then
-		echo "FAIL $name: exit $rc (want $want), output lacks '$pattern':"
-		sed 's/^/    /' <<<"$out"
-		bad=1
-	else
-		echo "ok   $name: exit $rc, '$pattern'"
+		expect_output "$1" "$2" "$3" "$check" "$t/src"
 	fi
 }
 

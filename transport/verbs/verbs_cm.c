@@ -446,12 +446,78 @@ static int step_ms(const struct vbt_conn_param *p, const struct timespec *t0)
 	return left < p->cm_timeout_ms ? (int)left : p->cm_timeout_ms;
 }
 
+/* connect: resolve @dst's address, then the route, on c->id (each step
+ * within step_ms); warn when the route leaves from another device than
+ * @dev's. */
+static int connect_resolve(struct vbv_conn *c, struct vbt_dev *dev, const struct sockaddr *dst,
+			   const struct vbt_conn_param *p, const struct timespec *t0)
+{
+	struct rdma_cm_event *ev;
+	struct sockaddr_storage ss;
+	int rc;
+
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, dst, sa_len(dst));
+	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, step_ms(p, t0)))
+		return vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_addr: %s", strerror(errno));
+	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0, step_ms(p, t0), &ev)))
+		return rc;
+	rdma_ack_cm_event(ev);
+	if (rdma_resolve_route(c->id, step_ms(p, t0)))
+		return vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_route: %s", strerror(errno));
+	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, step_ms(p, t0), &ev)))
+		return rc;
+	rdma_ack_cm_event(ev);
+	if (c->id->verbs && strcmp(ibv_get_device_name(c->id->verbs->device), dev->caps.name))
+		vbi_warn("route to the peer goes through %s, the QP is on %s",
+			 ibv_get_device_name(c->id->verbs->device), dev->caps.name);
+	return 0;
+}
+
+/* connect: the local end (c->core.local), and the QP as far as it goes
+ * without the peer. */
+static int connect_local(struct vbv_conn *c, struct vbt_qp *qp, const struct vbt_conn_param *p)
+{
+	int rc;
+
+	if ((rc = vbt_qp_local_peer(qp, p->qkey, &c->core.local)))
+		return rc;
+	/* UD needs nothing from the peer to reach RTS; RC/UC stop at INIT. */
+	if (qp->type == VB_QPT_UD)
+		return vbt_qp_bring_up(qp, p, &c->core.local, NULL);
+	if (vbt_qp_state(qp) == VB_QPS_RESET)
+		return vbt_qp_to_init(qp, p, &c->core.local);
+	if (vbt_qp_state(qp) != VB_QPS_INIT)
+		return vbi_err(-EINVAL, "connect: QP %u is in %s (RESET or INIT expected)",
+			       qp->qpn, vbi_qp_state_name(vbt_qp_state(qp)));
+	return 0;
+}
+
+/* connect, UD: the SIDR reply (ESTABLISHED) carries the peer's end, whose
+ * QPN must match the reply's; then the AH to reach it. */
+static int connect_ud_reply(struct vbv_conn *c, struct vbt_qp *qp,
+			    const struct vbt_conn_param *p, const struct timespec *t0)
+{
+	struct rdma_cm_event *ev;
+	int rc;
+
+	rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, step_ms(p, t0), &ev);
+	if (rc)
+		return rc;
+	rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
+		      &c->core.remote);
+	if (!rc && ev->param.ud.qp_num != c->core.remote.qpn)
+		rc = vbi_err(-EPROTO, "SIDR reply QPN %u, private data says %u",
+			     ev->param.ud.qp_num, c->core.remote.qpn);
+	rdma_ack_cm_event(ev);
+	return rc ? rc : conn_make_ah(c);
+}
+
 int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
 		const struct vbt_conn_param *p, struct vbt_conn **out)
 {
 	struct rdma_cm_event *ev;
 	struct rdma_conn_param cp;
-	struct sockaddr_storage ss;
 	struct vbv_conn *c;
 	uint8_t wire[VBV_WIRE_LEN];
 	struct timespec t0;
@@ -474,37 +540,9 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 		rc = vbi_err(cm_errno(ENOMEM), "rdma_create_id: %s", strerror(errno));
 		goto err_ch;
 	}
-	memset(&ss, 0, sizeof(ss));
-	memcpy(&ss, dst, sa_len(dst));
-	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, step_ms(p, &t0))) {
-		rc = vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_addr: %s", strerror(errno));
+	if ((rc = connect_resolve(c, dev, dst, p, &t0)))
 		goto err_id;
-	}
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0, step_ms(p, &t0), &ev)))
-		goto err_id;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(c->id, step_ms(p, &t0))) {
-		rc = vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_route: %s", strerror(errno));
-		goto err_id;
-	}
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, step_ms(p, &t0), &ev)))
-		goto err_id;
-	rdma_ack_cm_event(ev);
-	if (c->id->verbs && strcmp(ibv_get_device_name(c->id->verbs->device), dev->caps.name))
-		vbi_warn("route to the peer goes through %s, the QP is on %s",
-			 ibv_get_device_name(c->id->verbs->device), dev->caps.name);
-
-	if ((rc = vbt_qp_local_peer(qp, p->qkey, &c->core.local)))
-		goto err_id;
-	/* UD needs nothing from the peer to reach RTS; RC/UC stop at INIT. */
-	if (qp->type == VB_QPT_UD)
-		rc = vbt_qp_bring_up(qp, p, &c->core.local, NULL);
-	else if (vbt_qp_state(qp) == VB_QPS_RESET)
-		rc = vbt_qp_to_init(qp, p, &c->core.local);
-	else if (vbt_qp_state(qp) != VB_QPS_INIT)
-		rc = vbi_err(-EINVAL, "connect: QP %u is in %s (RESET or INIT expected)", qp->qpn,
-			     vbi_qp_state_name(vbt_qp_state(qp)));
-	if (rc)
+	if ((rc = connect_local(c, qp, p)))
 		goto err_id;
 	wire_put(&c->core.local, wire);
 	conn_param(p, qp, wire, &cp);
@@ -513,16 +551,7 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 		goto err_id;
 	}
 	if (qp->type == VB_QPT_UD) {
-		rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, step_ms(p, &t0), &ev);
-		if (rc)
-			goto err_id;
-		rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
-			      &c->core.remote);
-		if (!rc && ev->param.ud.qp_num != c->core.remote.qpn)
-			rc = vbi_err(-EPROTO, "SIDR reply QPN %u, private data says %u",
-				     ev->param.ud.qp_num, c->core.remote.qpn);
-		rdma_ack_cm_event(ev);
-		if (rc || (rc = conn_make_ah(c)))
+		if ((rc = connect_ud_reply(c, qp, p, &t0)))
 			goto err_id;
 	} else {
 		/* No QP on the id: librdmacm reports CONNECT_RESPONSE and leaves

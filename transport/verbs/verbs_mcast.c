@@ -46,13 +46,6 @@ struct vbv_mcast {
 	bool joined, attached;
 };
 
-static int is_v4_mapped(const uint8_t *g)
-{
-	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	return !memcmp(g, pfx, sizeof(pfx));
-}
-
 static void addr_str(const struct sockaddr *sa, char *buf, size_t len)
 {
 	const void *a = sa->sa_family == AF_INET6
@@ -72,7 +65,7 @@ static int dev_src_addr(const struct vbt_dev *dev, struct sockaddr_storage *ss)
 	memset(ss, 0, sizeof(*ss));
 	if (!memcmp(g, zero, 16))
 		return vbi_err(-EADDRNOTAVAIL, "%s has no source GID to bind to", dev->caps.name);
-	if (is_v4_mapped(g)) {
+	if (vbv_is_v4_mapped(g)) {
 		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
 
 		s4->sin_family = AF_INET;
@@ -123,14 +116,65 @@ static void mc_free(struct vbv_mcast *m)
 	free(m);
 }
 
+/* join: an id on @m's channel bound to the device's own address @src (@ss
+ * as text), and the check that rdma_cm bound it to @dev. */
+static int mc_bind(struct vbv_mcast *m, struct vbt_dev *dev, struct sockaddr_storage *src,
+		   const char *ss)
+{
+	if (rdma_create_id(m->ch, &m->id, m, RDMA_PS_UDP))
+		return vbi_err(errno ? -errno : -ENOMEM, "rdma_create_id: %s", strerror(errno));
+	if (rdma_bind_addr(m->id, (struct sockaddr *)src))
+		return vbi_err(-EADDRNOTAVAIL, "rdma_bind_addr(%s): %s", ss, strerror(errno));
+	if (!m->id->verbs || strcmp(ibv_get_device_name(m->id->verbs->device), dev->caps.name))
+		return vbi_err(-EADDRNOTAVAIL, "%s is not an address of %s", ss, dev->caps.name);
+	return 0;
+}
+
+/* join: join m->core.group (@gs as text), wait for MULTICAST_JOIN, keep the
+ * group's MGID, MLID, QPN and Q_Key from it, and make the AH to send to the
+ * group on @pd. On failure m->joined says whether a leave is owed. */
+static int mc_join_group(struct vbv_mcast *m, struct vbt_dev *dev, struct vbt_pd *pd,
+			 const struct vbt_conn_param *p, const char *gs)
+{
+	struct rdma_cm_event *ev;
+	struct rdma_ud_param ud;
+	struct vbt_ah_attr aa;
+	int rc;
+
+	if (rdma_join_multicast(m->id, (struct sockaddr *)&m->core.group, m)) {
+		int e = errno ? errno : EIO;
+
+		return vbi_err(e == ENOSYS || e == ENODEV ? -EOPNOTSUPP : -e,
+			       "rdma_join_multicast(%s) on %s: %s", gs, dev->caps.name, strerror(e));
+	}
+	rc = vbv_cm_expect(m->ch, RDMA_CM_EVENT_MULTICAST_JOIN, 0, p->cm_timeout_ms, &ev);
+	if (rc) {
+		/* The join is outstanding or failed: leave it so the id can go. */
+		m->joined = true;
+		vbi_err_prefix(rc, "joining %s on %s", gs, dev->caps.name);
+		return rc;
+	}
+	m->joined = true;
+	ud = ev->param.ud;
+	rdma_ack_cm_event(ev);
+	m->mgid = ud.ah_attr.grh.dgid;
+	memcpy(m->core.mgid, m->mgid.raw, 16);
+	m->core.mlid = ud.ah_attr.dlid;
+	m->core.remote_qpn = ud.qp_num;
+	m->core.qkey = ud.qkey;
+	vbv_ah_from_ibv(&ud.ah_attr, &aa);
+	if ((rc = pd->ops->ah_create(pd, &aa, &m->core.ah))) {
+		vbi_err_prefix(rc, "AH for group %s", gs);
+		return rc;
+	}
+	return 0;
+}
+
 int vbv_mcast_join(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_qp *qp,
 		   const struct sockaddr *group, const struct vbt_conn_param *p,
 		   struct vbt_mcast **out)
 {
 	struct sockaddr_storage src;
-	struct rdma_cm_event *ev;
-	struct rdma_ud_param ud;
-	struct vbt_ah_attr aa;
 	struct vbv_mcast *m;
 	char gs[INET6_ADDRSTRLEN], ss[INET6_ADDRSTRLEN];
 	int rc;
@@ -163,45 +207,10 @@ int vbv_mcast_join(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_qp *qp,
 		rc = -ENODEV;
 		goto err;
 	}
-	if (rdma_create_id(m->ch, &m->id, m, RDMA_PS_UDP)) {
-		rc = vbi_err(errno ? -errno : -ENOMEM, "rdma_create_id: %s", strerror(errno));
+	if ((rc = mc_bind(m, dev, &src, ss)))
 		goto err;
-	}
-	if (rdma_bind_addr(m->id, (struct sockaddr *)&src)) {
-		rc = vbi_err(-EADDRNOTAVAIL, "rdma_bind_addr(%s): %s", ss, strerror(errno));
+	if ((rc = mc_join_group(m, dev, pd, p, gs)))
 		goto err;
-	}
-	if (!m->id->verbs || strcmp(ibv_get_device_name(m->id->verbs->device), dev->caps.name)) {
-		rc = vbi_err(-EADDRNOTAVAIL, "%s is not an address of %s", ss, dev->caps.name);
-		goto err;
-	}
-	if (rdma_join_multicast(m->id, (struct sockaddr *)&m->core.group, m)) {
-		int e = errno ? errno : EIO;
-
-		rc = vbi_err(e == ENOSYS || e == ENODEV ? -EOPNOTSUPP : -e,
-			     "rdma_join_multicast(%s) on %s: %s", gs, dev->caps.name, strerror(e));
-		goto err;
-	}
-	rc = vbv_cm_expect(m->ch, RDMA_CM_EVENT_MULTICAST_JOIN, 0, p->cm_timeout_ms, &ev);
-	if (rc) {
-		/* The join is outstanding or failed: leave it so the id can go. */
-		m->joined = true;
-		vbi_err_prefix(rc, "joining %s on %s", gs, dev->caps.name);
-		goto err;
-	}
-	m->joined = true;
-	ud = ev->param.ud;
-	rdma_ack_cm_event(ev);
-	m->mgid = ud.ah_attr.grh.dgid;
-	memcpy(m->core.mgid, m->mgid.raw, 16);
-	m->core.mlid = ud.ah_attr.dlid;
-	m->core.remote_qpn = ud.qp_num;
-	m->core.qkey = ud.qkey;
-	vbv_ah_from_ibv(&ud.ah_attr, &aa);
-	if ((rc = pd->ops->ah_create(pd, &aa, &m->core.ah))) {
-		vbi_err_prefix(rc, "AH for group %s", gs);
-		goto err;
-	}
 	if (qp) {
 		int e = ibv_attach_mcast(to_vqp(qp)->qp, &m->mgid, m->core.mlid);
 

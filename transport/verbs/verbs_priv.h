@@ -9,11 +9,13 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/qp_fsm.h"
 #include "transport/transport.h"
@@ -108,8 +110,48 @@ bool vbv_watch_removed(struct rdma_event_channel *ch);
 void vbv_watch_close(struct rdma_event_channel *ch, struct rdma_cm_id *id);
 void vbv_cm_forget_removed(void);
 
-/* verbs_transport.c: address vector conversion. */
+/* A verbs call that failed with NULL (or -1) + errno: -errno, or -@dflt
+ * when the provider left errno at 0 (callers clear it before the call). */
+static inline int vbv_errno_or(int dflt)
+{
+	return errno ? -errno : -dflt;
+}
+
+/* A GID that is an IPv4-mapped IPv6 address (::ffff:a.b.c.d: RoCE v2 over
+ * IPv4); its last 4 bytes are the address. */
+static inline bool vbv_is_v4_mapped(const uint8_t *gid)
+{
+	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return !memcmp(gid, pfx, sizeof(pfx));
+}
+
+/* verbs_transport.c: address vector conversion (QP attributes, AHs, CM). */
+void vbv_ah_to_ibv(const struct vbt_ah_attr *a, struct ibv_ah_attr *o);
 void vbv_ah_from_ibv(const struct ibv_ah_attr *a, struct vbt_ah_attr *o);
+
+/* The ops of vbt_verbs_ops (verbs_transport.c), by the file that holds
+ * them; each one's contract is its member's in transport/transport.h. */
+/* verbs_dev.c: devices and their async-event thread. */
+int vbv_dev_open(const struct vbt_dev_attr *attr, struct vbt_dev **out);
+void vbv_dev_close(struct vbt_dev *dev);
+int vbv_dev_query(struct vbt_dev *dev, struct vbt_dev_caps *caps);
+/* verbs_cq.c: completion queues. */
+int vbv_cq_create(struct vbt_dev *dev, const struct vbt_cq_attr *attr, struct vbt_cq **out);
+int vbv_cq_destroy(struct vbt_cq *cq);
+int vbv_cq_poll(struct vbt_cq *cq, struct vbt_wc *wc, int n);
+int vbv_cq_arm(struct vbt_cq *cq, int solicited_only);
+int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms);
+int vbv_cq_wait(struct vbt_cq *cq, int timeout_ms);
+/* verbs_qp.c: queue pairs and posting. */
+int vbv_qp_create(struct vbt_pd *pd, const struct vbt_qp_init_attr *attr, struct vbt_qp **out);
+int vbv_qp_modify(struct vbt_qp *qp, const struct vbt_qp_attr *attr, uint32_t mask);
+int vbv_qp_query(struct vbt_qp *qp, struct vbt_qp_attr *attr, uint32_t mask);
+int vbv_qp_destroy(struct vbt_qp *qp);
+int vbv_post_send(struct vbt_qp *qp, const struct vbt_send_wr *wr,
+		  const struct vbt_send_wr **bad);
+int vbv_post_recv(struct vbt_qp *qp, const struct vbt_recv_wr *wr,
+		  const struct vbt_recv_wr **bad);
 
 /* verbs_mcast.c: multicast membership ops. */
 int vbv_mcast_join(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_qp *qp,
