@@ -13,6 +13,7 @@ static const char *const err_names[VBI_WE__COUNT] = {
 	[VBI_WE_FLAGS] = "unknown flags or reserved bits set",
 	[VBI_WE_OVERSIZED] = "message length above limit",
 	[VBI_WE_FRAGMENT] = "inconsistent fragment fields",
+	[VBI_WE_RECORD] = "BATCH record does not fit its frame",
 };
 
 const char *vbi_wire_err_name(enum vbi_wire_err e)
@@ -54,6 +55,17 @@ void vbi_wire_put(void *buf, const struct vbi_wire_hdr *h)
 	put64(p + OFF_SEQ, h->seq);
 	put32(p + OFF_FRAG_OFF, h->frag_off);
 	put32(p + OFF_MSG_LEN, h->msg_len);
+}
+
+size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len)
+{
+	size_t n = vbi_wire_rec_size(len);
+
+	put32(dst, len);
+	if (payload != dst + VBI_WIRE_REC_HDR) /* in place: nothing to copy */
+		memcpy(dst + VBI_WIRE_REC_HDR, payload, len);
+	memset(dst + VBI_WIRE_REC_HDR + len, 0, n - VBI_WIRE_REC_HDR - len);
+	return n;
 }
 
 long vbi_wire_parse(const void *buf, size_t avail, uint32_t max_msg, struct vbi_wire_hdr *h)
@@ -99,6 +111,14 @@ long vbi_wire_parse(const void *buf, size_t avail, uint32_t max_msg, struct vbi_
 		if (!(h->flags & VBI_WF_LAST) && h->len == 0)
 			return -VBI_WE_FRAGMENT;
 		if (h->seq == 0)
+			return -VBI_WE_FRAGMENT;
+	} else if (h->type == VBI_WT_BATCH) {
+		/* whole messages only; at least one, each taking 4 bytes at
+		 * least; the last one's seq is a valid one (below 2^64 - 1) */
+		if ((h->flags & (VBI_WF_FIRST | VBI_WF_LAST)) != (VBI_WF_FIRST | VBI_WF_LAST) ||
+		    h->frag_off || !h->msg_len || h->seq == 0 ||
+		    h->len / VBI_WIRE_REC_HDR < h->msg_len ||
+		    h->seq + (h->msg_len - 1) < h->seq || h->seq + (h->msg_len - 1) == UINT64_MAX)
 			return -VBI_WE_FRAGMENT;
 	} else if (h->flags & (VBI_WF_FIRST | VBI_WF_LAST)) {
 		return -VBI_WE_FLAGS;

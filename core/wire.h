@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define VBI_WIRE_MAGIC 0x5642u /* "BV" on the wire (little-endian "VB") */
-#define VBI_WIRE_VERSION 1u
+#define VBI_WIRE_VERSION 2u /* 2: BATCH frames */
 #define VBI_WIRE_HDR_LEN 40u
 #define VBI_WIRE_OFF_EPOCH 16 /* byte offset of the epoch (patched in place on resend) */
 #define VBI_WIRE_ALIGN 8u
@@ -43,7 +43,12 @@ enum vbi_wire_type {
 	VBI_WT_AUTH = 12,     /* peer authentication in the handshake:
 			       * frag_off = op (0 proof, 1 answer, 2 refusal,
 			       * seq = reason); docs/wire.md */
-	VBI_WT__MAX = 12,
+	VBI_WT_BATCH = 13,    /* consecutive whole DATA messages of one stream in
+			       * one frame: seq = the first one's, msg_len =
+			       * how many, len = bytes of the records that
+			       * follow, each [le32 length | payload | pad to
+			       * 4] (docs/wire.md "BATCH") */
+	VBI_WT__MAX = 13,
 };
 
 enum vbi_wire_flags {
@@ -77,6 +82,8 @@ enum vbi_wire_err {
 	VBI_WE_FLAGS,      /* unknown flag bits or non-zero reserved field */
 	VBI_WE_OVERSIZED,  /* msg_len above the limit */
 	VBI_WE_FRAGMENT,   /* frag_off/len/msg_len/FIRST/LAST inconsistent */
+	VBI_WE_RECORD,     /* a BATCH record runs past its frame, is above the
+			    * limit, or the records do not fill the frame */
 	VBI_WE__COUNT
 };
 
@@ -87,6 +94,18 @@ static inline size_t vbi_wire_frame_size(uint32_t len)
 {
 	return VBI_WIRE_HDR_LEN + (((size_t)len + VBI_WIRE_ALIGN - 1) & ~(size_t)(VBI_WIRE_ALIGN - 1));
 }
+
+/* BATCH records: a 4-byte length, the payload, zero padding to 4. */
+#define VBI_WIRE_REC_HDR 4u
+static inline size_t vbi_wire_rec_size(uint32_t len)
+{
+	return VBI_WIRE_REC_HDR + (((size_t)len + 3) & ~(size_t)3);
+}
+
+/* Write one record of @len bytes at @dst (payload from @payload, which is
+ * either where the record's payload goes, dst + VBI_WIRE_REC_HDR, or does
+ * not overlap it) and return its size (vbi_wire_rec_size). */
+size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len);
 
 /* Encode @h into the first VBI_WIRE_HDR_LEN bytes of @buf (payload not
  * touched). @buf must have room for the header. */

@@ -13,11 +13,41 @@ static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return l
 
 void vbi_wire_walk_init(struct vbi_wire_walk *w, const void *buf, uint32_t len, uint32_t max_msg)
 {
+	memset(w, 0, sizeof(*w));
 	w->buf = buf;
 	w->len = len;
-	w->off = 0;
 	w->max_msg = max_msg;
-	w->err = 0;
+}
+
+/* The next record of the BATCH frame the walk is in. */
+static int batch_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl)
+{
+	uint32_t rlen;
+	size_t rs;
+
+	if (w->rec_left < VBI_WIRE_REC_HDR)
+		return w->err = -VBI_WE_RECORD;
+	rlen = get32(w->rec);
+	rs = vbi_wire_rec_size(rlen);
+	/* the last record may omit its padding */
+	if (rlen > w->rec_left - VBI_WIRE_REC_HDR ||
+	    rlen > (w->max_msg && w->max_msg < VBI_WIRE_MAX_MSG ? w->max_msg : VBI_WIRE_MAX_MSG))
+		return w->err = -VBI_WE_RECORD;
+	*h = w->batch;
+	h->type = VBI_WT_DATA;
+	h->seq = w->batch.seq + w->rec_i;
+	h->len = h->msg_len = rlen;
+	h->frag_off = 0;
+	*pl = w->rec + VBI_WIRE_REC_HDR;
+	if (rs > w->rec_left)
+		rs = w->rec_left;
+	w->rec += rs;
+	w->rec_left -= (uint32_t)rs;
+	w->rec_i++;
+	if (!--w->recs_left && w->rec_left >= VBI_WIRE_REC_HDR)
+		return w->err = -VBI_WE_RECORD; /* bytes left over: records do not fill it */
+	w->from_batch = true;
+	return 1;
 }
 
 int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl)
@@ -26,6 +56,9 @@ int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const ui
 
 	if (w->err)
 		return w->err;
+	w->from_batch = false;
+	if (w->recs_left)
+		return batch_next(w, h, pl);
 	if (w->off >= w->len)
 		return 0;
 	r = vbi_wire_parse(w->buf + w->off, w->len - w->off, w->max_msg, h);
@@ -35,6 +68,14 @@ int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const ui
 	}
 	*pl = w->buf + w->off + VBI_WIRE_HDR_LEN;
 	w->off += (uint32_t)r;
+	if (h->type == VBI_WT_BATCH) {
+		w->batch = *h;
+		w->rec = *pl;
+		w->rec_left = h->len;
+		w->recs_left = h->msg_len;
+		w->rec_i = 0;
+		return batch_next(w, h, pl);
+	}
 	return 1;
 }
 

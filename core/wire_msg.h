@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "core/wire.h"
 
 /* ---- batch walk ------------------------------------------------------------ */
@@ -34,6 +36,12 @@ struct vbi_wire_walk {
 	uint32_t off;     /* offset of the next frame; of the bad one after an error */
 	uint32_t max_msg; /* vbi_wire_parse's limit (0: VBI_WIRE_MAX_MSG) */
 	int err;          /* sticky: the error that stopped the walk (0: none) */
+	/* inside a BATCH frame (off is past it already): its header, the next
+	 * record, the bytes and records left */
+	struct vbi_wire_hdr batch;
+	const uint8_t *rec;
+	uint32_t rec_left, recs_left, rec_i;
+	bool from_batch;  /* the frame just returned is a BATCH record */
 };
 
 /* Walk the @len bytes at @buf (borrowed, not copied). */
@@ -46,6 +54,12 @@ void vbi_wire_walk_init(struct vbi_wire_walk *w, const void *buf, uint32_t len,
  * the end of the buffer; or a negative enum vbi_wire_err for a frame that
  * does not parse (w->off stays at it, and every later call returns the same
  * error: frame boundaries after a bad header cannot be trusted).
+ * A BATCH frame is returned as its records, one call each, every one as the
+ * DATA frame of a whole message (type DATA, FIRST|LAST and the batch's
+ * other flags, the batch's session, topic and epoch, seq = the batch's seq
+ * + its index, len = msg_len = the record's length), with w->from_batch
+ * set; a bad record is the batch's error (VBI_WE_RECORD) and w->off stays
+ * past the batch, which ends the walk like any other error.
  */
 int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl);
 

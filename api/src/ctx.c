@@ -257,13 +257,29 @@ uint64_t vbi_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out)
+{
+	struct vbi_buf blk;
+	struct vbi_msg *m;
+	int rc = vbi_mempool_alloc(dr->pool, VBI_MSG_DESC + need, &blk);
+
+	if (rc)
+		return rc;
+	m = blk.addr;
+	memset(m, 0, sizeof(*m));
+	atomic_init(&m->refs, 1);
+	m->dr = dr;
+	m->buf = (struct vbi_buf){ .addr = (uint8_t *)blk.addr + VBI_MSG_DESC,
+				   .len = (uint32_t)need, .lkey = blk.lkey, .rkey = blk.rkey };
+	*out = m;
+	return 0;
+}
+
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
 {
 	(void)ctx;
-	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
-		vbi_mempool_free(m->dr->pool, m->buf.addr);
-		free(m);
-	}
+	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+		vbi_mempool_free(m->dr->pool, m); /* the descriptor heads the block */
 }
 
 bool vbi_ctx_take_peer(struct vb_ctx *ctx)

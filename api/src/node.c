@@ -368,9 +368,14 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st.malformed, 1);
-			vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
-				  "frame at offset %u of %u dropped: %s", w.off, len,
-				  vbi_wire_err_name((enum vbi_wire_err)-r));
+			if (r == -VBI_WE_VERSION) /* a peer of another release */
+				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
+					  "frame dropped: the peer speaks wire version %u, this "
+					  "node %u", buf[w.off + 2], VBI_WIRE_VERSION);
+			else
+				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
+					  "frame at offset %u of %u dropped: %s", w.off, len,
+					  vbi_wire_err_name((enum vbi_wire_err)-r));
 			return;
 		}
 		if (h.type == VBI_WT_HELLO || h.type == VBI_WT_AUTH) {

@@ -396,13 +396,6 @@ static struct vbi_pubpeer *next_pending(struct vbi_peer *p)
 	return NULL;
 }
 
-/* The path epoch rides in every DATA frame (bumps on failover). */
-static void put_epoch(uint8_t *hdr, uint32_t epoch)
-{
-	uint32_t v = htole32(epoch);
-
-	memcpy(hdr + VBI_WIRE_OFF_EPOCH, &v, 4);
-}
 
 /* One SEND on lane @l for @pp: a batch of whole small messages, or the next
  * fragment of a large one. txlock held; takes pub->lock briefly. Returns 1
@@ -436,7 +429,7 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 		return 0;
 	}
 	m = e->ctx;
-	if (pp->frag_sent || VBI_WIRE_HDR_LEN + m->len > cap) {
+	if (pp->frag_sent || VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) > cap) {
 		/* Fragment: registered header + zero-copy slice of the message
 		 * (copied into the batch buffer when the message's memory is
 		 * registered on another device than the lane's). */
@@ -500,36 +493,47 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 		pthread_mutex_unlock(&pub->lock);
 		return 1;
 	}
-	/* Batch: the ACKs we owe this peer first (piggybacked), then whole
-	 * messages while they fit. */
+	/* Batch: the ACKs we owe this peer first (piggybacked), then one BATCH
+	 * frame: this publisher's next whole messages (consecutive seqs, the
+	 * same flags) while they fit, one header for all and 4 bytes each. */
 	{
-		uint32_t room = cap - (uint32_t)vbi_wire_frame_size(m->len);
+		uint32_t room = cap - (uint32_t)(VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len));
+		struct vbi_wire_hdr bh = { .type = VBI_WT_BATCH, .flags = m->flags,
+					   .session = pub->session, .topic = pub->topic_id,
+					   .epoch = l->epoch, .seq = m->seq };
+		uint8_t *buf = s->buf.addr;
+		uint32_t bh_off;
 
-		off = acks = vbi_peer_build_acks(p, l, s->buf.addr, room < 8 * VBI_WIRE_HDR_LEN ?
+		off = acks = vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ?
 						 room : 8 * VBI_WIRE_HDR_LEN, &acks_upto);
-	}
-	for (;;) {
-		size_t fs = vbi_wire_frame_size(m->len);
-		uint8_t *dst = (uint8_t *)s->buf.addr + off;
-
-		if (off + fs > cap)
-			break;
-		memcpy(dst, m->buf.addr, VBI_WIRE_HDR_LEN + m->len);
-		if (l->epoch)
-			put_epoch(dst, l->epoch);
-		off += (uint32_t)fs;
-		frames++;
-		pp->sent++;
-		e = vbi_txwin_get(&pub->win, pp->sent + 1);
-		if (!e)
-			break;
-		m = e->ctx;
-		if (VBI_WIRE_HDR_LEN + m->len > cap)
-			break;
+		bh_off = off;
+		off += VBI_WIRE_HDR_LEN;
+		while (off + vbi_wire_rec_size(m->len) <= cap && m->flags == bh.flags) {
+			off += (uint32_t)vbi_wire_rec_put(buf + off,
+							  (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN,
+							  m->len);
+			frames++;
+			pp->sent++;
+			e = vbi_txwin_get(&pub->win, pp->sent + 1);
+			if (!e)
+				break;
+			m = e->ctx;
+		}
+		if (frames) {
+			bh.len = off - bh_off - VBI_WIRE_HDR_LEN;
+			bh.msg_len = frames;
+			vbi_wire_put(buf + bh_off, &bh);
+		} else {
+			off = bh_off;
+		}
 	}
 	if (pp->sent > pp->high)
 		pp->high = pp->sent;
 	pthread_mutex_unlock(&pub->lock);
+	if (!off) { /* nothing fitted (cannot happen: the caller's cap holds one) */
+		vbi_sring_untake(&l->sr);
+		return 0;
+	}
 	rc = vbi_lane_post(l, s, off, true);
 	if (rc) {
 		pthread_mutex_lock(&pub->lock);
@@ -822,33 +826,30 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 		size_t nfrag = len ? (len + fmax - 1) / fmax : 1;
 
 		need = nfrag * ctx->ud_mtu;
-		if (need > VBI_MEMPOOL_MAX_ALLOC)
+		if (need > VBI_MEMPOOL_MAX_ALLOC - VBI_MSG_DESC)
 			return vbi_err(-EMSGSIZE, "'%s': %zu bytes need %zu datagrams", pub->topic,
 				       len, nfrag);
 	}
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return vbi_err(-ENOMEM, "message");
-	m->dr = &ctx->dr[0];
-	/* the primary device is gone (its pool may be detached already):
-	 * ORDERED goes on over the standby; FANOUT is posted zero-copy by the
-	 * UD endpoint, wherever it is (fanout_rehome if it moves meanwhile) */
-	if (ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED)
-		m->dr = &ctx->dr[1];
-	else if (pub->cls == VB_FANOUT)
-		m->dr = ctx->ud_dr;
-	rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
-	if (rc == -ENODEV && pub->cls == VB_FANOUT && m->dr != ctx->ud_dr) {
-		m->dr = ctx->ud_dr; /* the endpoint moved meanwhile */
-		rc = vbi_mempool_alloc(m->dr->pool, need, &m->buf);
+	{
+		/* the primary device is gone (its pool may be detached already):
+		 * ORDERED goes on over the standby; FANOUT is posted zero-copy by
+		 * the UD endpoint, wherever it is (fanout_rehome if it moves
+		 * meanwhile) */
+		struct vbi_devres *dr = &ctx->dr[0];
+
+		if (ctx->ndev > 1 && atomic_load(&ctx->dr[0].fatal) && pub->cls == VB_ORDERED)
+			dr = &ctx->dr[1];
+		else if (pub->cls == VB_FANOUT)
+			dr = ctx->ud_dr;
+		rc = vbi_msg_new(dr, need, &m);
+		if (rc == -ENODEV && pub->cls == VB_FANOUT && dr != ctx->ud_dr)
+			rc = vbi_msg_new(ctx->ud_dr, need, &m); /* the endpoint moved meanwhile */
 	}
 	if (rc) {
-		free(m);
 		if (rc == -EAGAIN)
 			atomic_fetch_add(&ctx->st.backpressure, 1);
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
-	atomic_init(&m->refs, 1);
 	m->owner = pub;
 	claim->data = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
 	claim->len = len;
@@ -941,7 +942,6 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	struct vbi_msg *m;
 	struct vbi_peer *targets[VBI_MAX_PEERS];
 	unsigned nt = 0;
-	struct vbi_wire_hdr h;
 	uint64_t seq;
 	int rc;
 
@@ -956,9 +956,13 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 	m = claim->priv_;
 	m->len = (uint32_t)len;
 	if (pub->cls == VB_FANOUT) {
-		rc = vbi_fanout_send(pub, m, seq_out);
-		if (rc == 0)
-			claim->priv_ = NULL;
+		rc = vbi_fanout_send(pub, &m, seq_out);
+		if (rc == 0) {
+			claim->priv_ = NULL; /* it is the library's now */
+		} else { /* still the caller's, maybe moved to another pool (fanout_rehome) */
+			claim->priv_ = m;
+			claim->data = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
+		}
 		return rc;
 	}
 	m->flags = VBI_WF_FIRST | VBI_WF_LAST;
@@ -977,11 +981,7 @@ int vb_pub_commit(vb_pub_t *pub, vb_claim_t *claim, size_t len, uint64_t *seq_ou
 		return retain_full(pub, false);
 	}
 	pub->retained += m->len;
-	m->seq = seq;
-	h = (struct vbi_wire_hdr){ .type = VBI_WT_DATA, .flags = m->flags, .session = pub->session,
-				   .topic = pub->topic_id, .seq = seq, .len = m->len,
-				   .msg_len = m->len };
-	vbi_wire_put(m->buf.addr, &h);
+	m->seq = seq; /* framed when sent: a BATCH record, or DATA fragments (frame_one) */
 	for (struct vbi_pubpeer *pp = pub->peers; pp && nt < VBI_MAX_PEERS; pp = pp->next_in_pub)
 		if (!pp->dead) {
 			targets[nt++] = pp->peer;

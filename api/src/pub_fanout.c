@@ -93,24 +93,28 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 	vbi_msg_put(ctx, m);
 }
 
-/* @m's buffer is in the pool of another device than the UD endpoint's (it
+/* *@mp's block is in the pool of another device than the UD endpoint's (it
  * moved: vbi_dev_reap): copy it over, since datagrams are posted from the
- * message's own buffer. ud_lock held; nothing was posted from @m yet. */
-static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg *m)
+ * message's own buffer; *@mp is the copy then. ud_lock held; nothing was
+ * posted from the message yet (its only reference is the caller's). */
+static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)
 {
 	struct vbi_devres *dr = ctx->ud_dr;
-	struct vbi_buf nb;
+	struct vbi_msg *m = *mp, *n;
 	int rc;
 
 	if (m->dr == dr)
 		return 0;
-	rc = vbi_mempool_alloc(dr->pool, m->buf.len, &nb);
+	rc = vbi_msg_new(dr, m->buf.len, &n);
 	if (rc)
 		return rc;
-	memcpy(nb.addr, m->buf.addr, m->buf.len);
-	vbi_mempool_free(m->dr->pool, m->buf.addr);
-	m->buf = nb;
-	m->dr = dr;
+	memcpy(n->buf.addr, m->buf.addr, m->buf.len);
+	n->len = m->len;
+	n->flags = m->flags;
+	n->seq = m->seq;
+	n->owner = m->owner;
+	vbi_msg_put(ctx, m);
+	*mp = n;
 	return 0;
 }
 
@@ -133,12 +137,23 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 		vbi_msg_put(ctx, m);
 		return 0;
 	}
-	if (fanout_rehome(ctx, m))
+	if (fanout_rehome(ctx, &pub->batch))
 		return -EAGAIN; /* stays pending */
+	m = pub->batch;
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
 		return -EAGAIN;
+	{	/* one BATCH frame: its records are seqs fanout_seq - frames + 1.. */
+		struct vbi_wire_hdr h = {
+			.type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+			.session = pub->session, .topic = pub->topic_id,
+			.seq = pub->fanout_seq - pub->batch_frames + 1,
+			.len = pub->batch_off - VBI_WIRE_HDR_LEN, .msg_len = pub->batch_frames,
+		};
+
+		vbi_wire_put(m->buf.addr, &h);
+	}
 	pub->batch = NULL;
 	if (pub->batch_frames > 1)
 		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
@@ -184,8 +199,9 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
  * count is read and changed under ud_lock, which the completion takes too.
  * Larger messages are fragmented into datagrams laid out in place.
  */
-int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
+int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 {
+	struct vbi_msg *m = *mp;
 	struct vb_ctx *ctx = pub->node->ctx;
 	uint32_t mtu = ctx->ud_mtu, fmax = mtu - VBI_WIRE_HDR_LEN;
 	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
@@ -202,50 +218,47 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out)
 		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
 			       pub->topic, ctx->ud_dr->name);
 	}
-	if ((rc = fanout_rehome(ctx, m))) {
+	if ((rc = fanout_rehome(ctx, mp))) {
 		pthread_mutex_unlock(&ctx->ud_lock);
 		if (rc == -EAGAIN)
 			atomic_fetch_add(&ctx->st.backpressure, 1);
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
+	m = *mp;
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
-	if (nfrag == 1) {
-		size_t fs = vbi_wire_frame_size(m->len);
+	if (nfrag == 1 && VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) <= mtu) {
+		/* a record of the publisher's BATCH datagram (its header is
+		 * written when it is posted: fanout_flush_batch) */
+		size_t rs = vbi_wire_rec_size(m->len);
 		bool busy = ctx->cork && atomic_load(&ctx->ud_sr.sig_inflight);
+		uint8_t *pl = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
 
-		if (pub->batch && pub->batch_off + fs > mtu && fanout_flush_batch(ctx, pub))
+		if (pub->batch && pub->batch_off + rs > mtu && fanout_flush_batch(ctx, pub))
 			goto full;
-		if (!pub->batch) {
-			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd)
-				goto full;
-			pub->batch = m; /* this message's buffer becomes the batch */
-			pub->batch_off = 0;
-			pub->batch_frames = 0;
-		}
 		seq = ++pub->fanout_seq;
 		pub->last_pub_ms = vbi_now_ms();
-		{
-			struct vbi_wire_hdr h = {
-				.type = VBI_WT_DATA, .flags = VBI_WF_FIRST | VBI_WF_LAST,
-				.session = pub->session, .topic = pub->topic_id, .seq = seq,
-				.len = m->len, .msg_len = m->len,
-			};
-			uint8_t *dst = (uint8_t *)pub->batch->buf.addr + pub->batch_off;
-
-			if (pub->batch != m)
-				memcpy(dst + VBI_WIRE_HDR_LEN, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN,
-				       m->len);
-			vbi_wire_put(dst, &h);
-			memset(dst + VBI_WIRE_HDR_LEN + m->len, 0, fs - VBI_WIRE_HDR_LEN - m->len);
-			pub->batch_off += (uint32_t)fs;
-			pub->batch_frames++;
+		if (!pub->batch) {
+			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd) {
+				pub->fanout_seq--;
+				goto full;
+			}
+			/* this message's buffer becomes the datagram: its
+			 * payload moves up by the record's length field */
+			pub->batch = m;
+			pub->batch_off = VBI_WIRE_HDR_LEN;
+			pub->batch_frames = 0;
+			memmove(pl + VBI_WIRE_REC_HDR, pl, m->len);
+			pl += VBI_WIRE_REC_HDR;
 		}
+		pub->batch_off += (uint32_t)vbi_wire_rec_put((uint8_t *)pub->batch->buf.addr +
+							     pub->batch_off, pl, m->len);
+		pub->batch_frames++;
 		if (pub->batch != m)
 			vbi_msg_put(ctx, m); /* copied into the batch */
-		if ((busy && pub->batch_off + VBI_WIRE_HDR_LEN + 8 <= mtu) ||
+		if ((busy && pub->batch_off + VBI_WIRE_REC_HDR + 8 <= mtu) ||
 		    fanout_flush_batch(ctx, pub))
 			atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
 		goto done;

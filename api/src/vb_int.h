@@ -91,7 +91,11 @@ struct vbi_slot {
  * per-publish or per-round array of peers is this long. */
 #define VBI_MAX_PEERS 1024u
 
-/* An ORDERED message in the retransmit window: [wire header | payload]. */
+/* A published message (ORDERED: in the retransmit window; FANOUT: until its
+ * datagrams completed). It lives at the start of its own registered pool
+ * block, [struct vbi_msg | pad to VBI_MSG_DESC | buf: wire header | payload],
+ * so a publish allocates once (vbi_msg_new) and the last reference frees
+ * the block (vbi_msg_put). */
 struct vbi_msg {
 	atomic_int refs;         /* window + send contexts still pointing at it */
 	struct vbi_buf buf;
@@ -101,6 +105,7 @@ struct vbi_msg {
 	uint64_t seq;
 	const struct vb_pub *owner; /* the publisher that claimed it (commit/abort check) */
 };
+#define VBI_MSG_DESC ((sizeof(struct vbi_msg) + 63) & ~(size_t)63) /* buf stays 64-aligned */
 
 /* A send context: one per SQ entry. Batches are built in @buf; fragments
  * of large messages use @hdr (registered) + a slice of @msg. */
@@ -599,6 +604,10 @@ struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
 void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s);
 void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
 void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
+/* A message with @need bytes of buffer in @dr's pool (one block holding
+ * the descriptor too), one reference; 0 or the pool's error (-EAGAIN at its
+ * cap, -ENODEV once the device's pool is detached, ...). */
+int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out);
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 void vbi_progress_or_nap(struct vb_ctx *ctx);
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
@@ -693,7 +702,7 @@ void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
 /* pub_fanout.c: send FANOUT message @m: 0 (the caller's reference to @m is
  * taken), or -EAGAIN (back-pressure), -ENODEV, another negative errno (the
  * caller keeps its reference). Any thread; takes ud_lock, then pub->lock. */
-int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq_out);
+int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out);
 
 /* pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);

@@ -14,6 +14,7 @@
 #include <verbus/verbus.h>
 
 #include "core/wire.h"
+#include "core/wire_msg.h"
 #include "tests/common/proc.h"
 
 void put32le(uint8_t *p, uint32_t v)
@@ -104,13 +105,14 @@ void raw_qp(struct raw *r, struct rawqp *q, enum vb_qp_type type)
 /* What the victim sends us: remember its HELLO, SUBs and DATA. */
 static void raw_parse(struct rawqp *q, const uint8_t *buf, uint32_t len)
 {
-	uint32_t off = 0;
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	int n;
 
-	while (off < len) {
-		struct vbi_wire_hdr h;
-		long n = vbi_wire_parse(buf + off, len - off, 0, &h);
-		const uint8_t *pl = buf + off + VBI_WIRE_HDR_LEN;
-
+	/* the library's walk: BATCH frames come out as DATA, record by record */
+	vbi_wire_walk_init(&w, buf, len, 0);
+	while ((n = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (n < 0)
 			fail_msg("the victim sent a malformed frame: %s",
 				 vbi_wire_err_name((enum vbi_wire_err)-n));
@@ -133,7 +135,6 @@ static void raw_parse(struct rawqp *q, const uint8_t *buf, uint32_t len)
 			q->got_refuse = true;
 			q->refuse_reason = (uint32_t)h.seq;
 		}
-		off += (uint32_t)n;
 	}
 }
 

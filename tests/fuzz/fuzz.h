@@ -36,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * (0 or a negative enum vbi_wire_err). */
 typedef void (*fuzz_frame_fn)(const struct vbi_wire_hdr *h, const uint8_t *pl, void *arg);
 
+/* Set while @fn runs for a record of a BATCH frame (no header of its own). */
+static bool fuzz_in_batch;
+
 static inline int fuzz_walk(const uint8_t *buf, uint32_t len, fuzz_frame_fn fn, void *arg)
 {
 	struct vbi_wire_walk w;
@@ -46,21 +49,34 @@ static inline int fuzz_walk(const uint8_t *buf, uint32_t len, fuzz_frame_fn fn, 
 
 	vbi_wire_walk_init(&w, buf, len, FUZZ_MAX_MSG);
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
-		FUZZ_CHECK(pl == buf + prev + VBI_WIRE_HDR_LEN);
-		FUZZ_CHECK((size_t)prev + VBI_WIRE_HDR_LEN + h.len <= len);
-		FUZZ_CHECK(w.off > prev && w.off <= len);
-		FUZZ_CHECK(h.type >= VBI_WT_DATA && h.type <= VBI_WT__MAX);
+		if (w.from_batch) {
+			/* a record of the BATCH frame that ends at w.off: inside it,
+			 * a whole message with the batch's next seq */
+			FUZZ_CHECK(pl >= buf + VBI_WIRE_HDR_LEN + VBI_WIRE_REC_HDR &&
+				   pl + h.len <= buf + w.off && w.off <= len);
+			FUZZ_CHECK(h.type == VBI_WT_DATA && h.frag_off == 0 && h.len == h.msg_len);
+			FUZZ_CHECK(h.seq == w.batch.seq + w.rec_i - 1 && h.seq != 0 &&
+				   h.seq != UINT64_MAX);
+			FUZZ_CHECK(h.msg_len <= FUZZ_MAX_MSG);
+		} else {
+			FUZZ_CHECK(pl == buf + prev + VBI_WIRE_HDR_LEN);
+			FUZZ_CHECK((size_t)prev + VBI_WIRE_HDR_LEN + h.len <= len);
+			FUZZ_CHECK(w.off > prev && w.off <= len);
+		}
+		FUZZ_CHECK(h.type >= VBI_WT_DATA && h.type <= VBI_WT__MAX && h.type != VBI_WT_BATCH);
 		if (h.type == VBI_WT_DATA) {
 			FUZZ_CHECK(h.msg_len <= FUZZ_MAX_MSG && h.seq != 0);
 			FUZZ_CHECK(h.frag_off <= h.msg_len && h.len <= h.msg_len - h.frag_off);
 		}
 		prev = w.off;
+		fuzz_in_batch = w.from_batch;
 		if (fn)
 			fn(&h, pl, arg);
 	}
 	if (r < 0) {
-		/* sticky: the rest of the buffer is never looked at */
-		FUZZ_CHECK(w.off == prev);
+		/* sticky: the rest of the buffer is never looked at (a bad
+		 * record leaves the walk past its BATCH frame) */
+		FUZZ_CHECK(w.off == prev || (r == -VBI_WE_RECORD && w.off >= prev));
 		FUZZ_CHECK(vbi_wire_walk_next(&w, &h, &pl) == r);
 	} else {
 		FUZZ_CHECK(w.off >= len);

@@ -95,6 +95,23 @@ static void data(struct seed *s, uint32_t session, uint64_t seq, const char *msg
 	put_frame(s, &h, msg + off);
 }
 
+/* A BATCH frame of @n whole messages from seq @seq: record i holds the
+ * first 3 * i + 1 bytes of @msg (the library's encoder: vbi_wire_rec_put). */
+static void batch(struct seed *s, uint32_t session, uint64_t seq, const char *msg, unsigned n)
+{
+	struct vbi_wire_hdr h = { .type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+				  .session = session, .topic = 7, .epoch = 1, .seq = seq,
+				  .msg_len = n };
+	uint32_t off = VBI_WIRE_HDR_LEN;
+
+	for (unsigned i = 0; i < n; i++)
+		off += (uint32_t)vbi_wire_rec_put(s->b + s->n + off, msg, 3 * i + 1);
+	h.len = off - VBI_WIRE_HDR_LEN;
+	vbi_wire_put(s->b + s->n, &h);
+	s->n += off;
+	pad(s);
+}
+
 static void ctl(struct seed *s, uint8_t type, uint32_t session, uint64_t seq, uint32_t epoch,
 		uint32_t frag_off, uint32_t msg_len)
 {
@@ -210,6 +227,9 @@ int main(int argc, char **argv)
 		NEW(s);
 		data(&s, 0xa1, 1, MSG, 0, ml, ml);
 		emit("frames", "data", &s);
+		RESET(s);
+		batch(&s, 0xa1, 2, MSG, 3);
+		emit("frames", "batchframe", &s);
 		RESET(s);
 		ctl(&s, VBI_WT_ACK, 0xa1, 1, 1, 4, 0);
 		emit("frames", "ack", &s);
@@ -336,6 +356,9 @@ int main(int argc, char **argv)
 		NEW(s);
 		NEW(f);
 		data(&f, 0xb2, 1, MSG, 0, 8, 8);
+		datagram(&s, &f);
+		RESET(f);
+		batch(&f, 0xd4, 1, MSG, 2); /* a batch datagram, another publisher */
 		datagram(&s, &f);
 		RESET(f);
 		data(&f, 0xb2, 3, MSG, 0, 8, 8); /* gap: 2 lost */

@@ -321,7 +321,7 @@ static void inject_raw_bytes(struct rawqp *q, const char *what, unsigned off, co
 
 static void rc_header_garbage(struct rawqp *a)
 {
-	static const uint8_t magic[2] = { 0x34, 0x12 }, ver = 2, type = 10, zero = 0,
+	static const uint8_t magic[2] = { 0x34, 0x12 }, ver = 1, type = 10, zero = 0,
 			     flags[2] = { 0x80, 0 }, rsvd[2] = { 1, 0 };
 	uint8_t buf[RAW_SLOT];
 	struct vbi_wire_hdr h;
@@ -329,7 +329,7 @@ static void rc_header_garbage(struct rawqp *a)
 
 	printf("RC, before HELLO:\n");
 	inject_raw_bytes(a, "bad magic", 0, magic, 2);
-	inject_raw_bytes(a, "bad version", 2, &ver, 1);
+	inject_raw_bytes(a, "version 1 (a peer of an older release)", 2, &ver, 1);
 	inject_raw_bytes(a, "unknown type 10", 3, &type, 1);
 	inject_raw_bytes(a, "unknown type 0", 3, &zero, 1);
 	inject_raw_bytes(a, "unknown flag bit 7", 4, flags, 2);
@@ -379,6 +379,34 @@ static void rc_header_garbage(struct rawqp *a)
 	inject_rc(a, "DATA seq 0", &h, 64, 0);
 	h = (struct vbi_wire_hdr){ .type = VBI_WT_ACK, .flags = VBI_WF_LAST };
 	inject_rc(a, "ACK with LAST set", &h, 0, 0);
+
+	/* BATCH: header rules, then records that do not fit their frame */
+	h = (struct vbi_wire_hdr){ .type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+				   .session = 0xbad0001, .topic = topic_id(T_ORDERED), .seq = 1,
+				   .len = 8, .msg_len = 0 };
+	inject_rc(a, "BATCH of 0 records", &h, 8, 0);
+	h.msg_len = 1;
+	h.seq = UINT64_MAX;
+	inject_rc(a, "BATCH at seq 2^64 - 1", &h, 8, 0);
+	h.seq = 1;
+	h.msg_len = 3; /* 3 records need 12 bytes at least */
+	inject_rc(a, "BATCH of 3 records in 8 bytes", &h, 8, 0);
+	{
+		uint8_t b[VBI_WIRE_HDR_LEN + 16];
+
+		/* one record each (a good record before a bad one would be
+		 * delivered, here dropped as DATA before HELLO: another event) */
+		h.msg_len = 1;
+		h.len = 16;
+		vbi_wire_put(b, &h);
+		put32le(b + VBI_WIRE_HDR_LEN, 200);   /* 200 bytes in 12 */
+		memset(b + VBI_WIRE_HDR_LEN + 4, 0x11, 12);
+		raw_send(a, b, sizeof(b), NULL, NULL);
+		expect("BATCH record runs past the frame", 1, 1, 0);
+		put32le(b + VBI_WIRE_HDR_LEN, 4);     /* 8 bytes of record, 8 left over */
+		raw_send(a, b, sizeof(b), NULL, NULL);
+		expect("BATCH record leaves 8 bytes over", 1, 1, 0);
+	}
 
 	/* a harmless frame, then garbage: the garbage still counts once */
 	h = (struct vbi_wire_hdr){ .type = VBI_WT_HEARTBEAT, .session = 7, .topic = 7, .seq = 1 };

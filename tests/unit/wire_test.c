@@ -6,10 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <endian.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "core/wire.h"
+#include "core/wire_msg.h"
 
 static struct vbi_wire_hdr data_hdr(uint32_t len, uint32_t off, uint32_t msg_len)
 {
@@ -69,7 +71,8 @@ static void test_each_rule(void **state)
 	assert_int_equal(parse_mut(ok, 39, -1, 0), -VBI_WE_TRUNCATED);
 	assert_int_equal(parse_mut(ok, 47, -1, 0), -VBI_WE_TRUNCATED); /* payload cut */
 	assert_int_equal(parse_mut(ok, 48, 0, 0x00), -VBI_WE_MAGIC);
-	assert_int_equal(parse_mut(ok, 48, 2, 2), -VBI_WE_VERSION);
+	assert_int_equal(parse_mut(ok, 48, 2, 1), -VBI_WE_VERSION); /* a version 1 peer */
+	assert_int_equal(parse_mut(ok, 48, 2, VBI_WIRE_VERSION + 1), -VBI_WE_VERSION);
 	assert_int_equal(parse_mut(ok, 48, 3, 0), -VBI_WE_TYPE);
 	assert_int_equal(parse_mut(ok, 48, 3, VBI_WT__MAX + 1), -VBI_WE_TYPE);
 	assert_int_equal(parse_mut(ok, 48, 5, 0x80), -VBI_WE_FLAGS); /* unknown flag */
@@ -100,6 +103,144 @@ static void test_each_rule(void **state)
 	ack.flags = VBI_WF_LAST;
 	assert_int_equal(parse_mut(ack, 40, -1, 0), -VBI_WE_FLAGS);
 	assert_string_equal(vbi_wire_err_name(VBI_WE_FRAGMENT), "inconsistent fragment fields");
+}
+
+/* A BATCH frame of @n records of lengths @lens (payload byte k of record i
+ * is i + k) in @buf; its header's fields can be spoiled by the caller.
+ * Returns the bytes used. */
+static uint32_t batch_build(uint8_t *buf, struct vbi_wire_hdr *h, const uint32_t *lens,
+			    unsigned n, uint32_t count)
+{
+	uint8_t pl[64];
+	uint32_t off = VBI_WIRE_HDR_LEN;
+
+	for (unsigned i = 0; i < n; i++) {
+		for (uint32_t k = 0; k < lens[i]; k++)
+			pl[k] = (uint8_t)(i + k);
+		off += (uint32_t)vbi_wire_rec_put(buf + off, pl, lens[i]);
+	}
+	*h = (struct vbi_wire_hdr){ .type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST |
+				    VBI_WF_ACK_REQ, .session = 9, .topic = 4, .epoch = 2,
+				    .seq = 100, .len = off - VBI_WIRE_HDR_LEN, .msg_len = count };
+	vbi_wire_put(buf, h);
+	return off;
+}
+
+static int walk_all(const uint8_t *buf, uint32_t len, struct vbi_wire_hdr *got, unsigned max,
+		    unsigned *n)
+{
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	int r;
+
+	*n = 0;
+	vbi_wire_walk_init(&w, buf, len, 1024);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
+		assert_true(w.from_batch);
+		for (uint32_t k = 0; k < h.len; k++)
+			assert_int_equal(pl[k], (uint8_t)(*n + k));
+		if (*n < max)
+			got[*n] = h;
+		(*n)++;
+	}
+	return r;
+}
+
+static void test_batch(void **state)
+{
+	uint8_t buf[512];
+	struct vbi_wire_hdr h, got[8];
+	const uint32_t lens[] = { 0, 5, 8, 1 };
+	unsigned n;
+	uint32_t len;
+
+	(void)state;
+	assert_int_equal(vbi_wire_rec_size(0), 4);
+	assert_int_equal(vbi_wire_rec_size(5), 12);
+	len = batch_build(buf, &h, lens, 4, 4);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), 0);
+	assert_int_equal(n, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(got[i].type, VBI_WT_DATA);
+		assert_int_equal(got[i].seq, 100 + i);
+		assert_int_equal(got[i].len, lens[i]);
+		assert_int_equal(got[i].msg_len, lens[i]);
+		assert_int_equal(got[i].frag_off, 0);
+		assert_int_equal(got[i].flags, VBI_WF_FIRST | VBI_WF_LAST | VBI_WF_ACK_REQ);
+		assert_int_equal(got[i].session, 9);
+		assert_int_equal(got[i].topic, 4);
+		assert_int_equal(got[i].epoch, 2);
+	}
+	/* the last record may omit its padding (1 byte + 3 of pad): the
+	 * frame's len then ends with the last payload byte */
+	h.len -= 3;
+	vbi_wire_put(buf, &h);
+	assert_int_equal(walk_all(buf, len - 3, got, 8, &n), 0);
+	assert_int_equal(n, 4);
+	h.len += 3;
+	vbi_wire_put(buf, &h);
+	/* a frame after the batch is walked on */
+	{
+		struct vbi_wire_hdr a = { .type = VBI_WT_ACK, .seq = 7 };
+		struct vbi_wire_walk w;
+		const uint8_t *pl;
+
+		uint32_t next = (uint32_t)vbi_wire_frame_size(h.len); /* 8-aligned, as every frame */
+
+		memset(buf + len, 0, next - len);
+		vbi_wire_put(buf + next, &a);
+		vbi_wire_walk_init(&w, buf, next + VBI_WIRE_HDR_LEN, 1024);
+		for (unsigned i = 0; i < 4; i++)
+			assert_int_equal(vbi_wire_walk_next(&w, &h, &pl), 1);
+		assert_int_equal(vbi_wire_walk_next(&w, &h, &pl), 1);
+		assert_false(w.from_batch);
+		assert_int_equal(h.type, VBI_WT_ACK);
+		assert_int_equal(vbi_wire_walk_next(&w, &h, &pl), 0);
+	}
+	/* more records announced than there are: the batch's error, sticky */
+	len = batch_build(buf, &h, lens, 3, 4);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_RECORD);
+	assert_int_equal(n, 3);
+	/* fewer announced than there are: bytes left over */
+	len = batch_build(buf, &h, lens, 4, 3);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_RECORD);
+	/* a record longer than the frame */
+	len = batch_build(buf, &h, lens, 2, 2);
+	buf[VBI_WIRE_HDR_LEN + 4] = 200; /* record 1's length: 200 */
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_RECORD);
+	/* header rules: no records, a fragment, a seq past the last valid one */
+	len = batch_build(buf, &h, lens, 4, 4);
+	h.msg_len = 0;
+	vbi_wire_put(buf, &h);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_FRAGMENT);
+	h.msg_len = 4;
+	h.flags = VBI_WF_FIRST;
+	vbi_wire_put(buf, &h);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_FRAGMENT);
+	h.flags = VBI_WF_FIRST | VBI_WF_LAST;
+	h.seq = UINT64_MAX - 3; /* the 4th record would be 2^64 - 1 */
+	vbi_wire_put(buf, &h);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), -VBI_WE_FRAGMENT);
+	h.seq = UINT64_MAX - 4;
+	vbi_wire_put(buf, &h);
+	len = batch_build(buf, &h, lens, 4, 4);
+	h.seq = UINT64_MAX - 4;
+	vbi_wire_put(buf, &h);
+	assert_int_equal(walk_all(buf, len, got, 8, &n), 0);
+	assert_int_equal(got[3].seq, UINT64_MAX - 1);
+	/* a record above the walk's limit (1024) */
+	{
+		uint8_t big[VBI_WIRE_HDR_LEN + 8];
+		struct vbi_wire_hdr b = { .type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+					  .seq = 1, .len = 8, .msg_len = 1 };
+		uint32_t l = htole32(2000);
+
+		vbi_wire_put(big, &b);
+		memcpy(big + VBI_WIRE_HDR_LEN, &l, 4);
+		memset(big + VBI_WIRE_HDR_LEN + 4, 0, 4);
+		assert_int_equal(walk_all(big, sizeof(big), got, 8, &n), -VBI_WE_RECORD);
+	}
 }
 
 static void test_len_overflow_is_truncated_not_trusted(void **state)
@@ -167,6 +308,7 @@ int main(void)
 		cmocka_unit_test(test_each_rule),
 		cmocka_unit_test(test_len_overflow_is_truncated_not_trusted),
 		cmocka_unit_test(test_hostile_input),
+		cmocka_unit_test(test_batch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
