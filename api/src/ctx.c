@@ -868,7 +868,7 @@ int vb_progress(vb_ctx_t *ctx)
 	 * never enters the kernel can starve the very work it waits for until
 	 * the next scheduler tick. With a core of its own, sched_yield()
 	 * returns at once. */
-	if (n == 0 && !(++ctx->idle_polls & 63))
+	if (n == 0 && !((atomic_fetch_add_explicit(&ctx->idle_polls, 1, memory_order_relaxed) + 1) & 63))
 		sched_yield();
 	return n;
 }

@@ -235,12 +235,15 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
 }
 
 /*
- * Post one SEND of @len bytes already in @s->buf. Signal the last send of a
- * burst and every quarter ring, so unsignaled entries are always released
- * by a later completion. *l->lk held; the caller checked credits and ring
- * space.
+ * Post one SEND of @len bytes already in @s->buf. Selective signaling: a
+ * SEND is signaled when none is in flight on the lane (its completion is
+ * what uncorks the data queued behind it: vb_pub_commit), every quarter
+ * ring, when the ring is all but full (so unsignaled entries are always
+ * released by a later completion, or by the flush of a QP in error, which
+ * completes every WR), or when @force says so. *l->lk held; the caller
+ * checked credits and ring space.
  */
-int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool last)
+int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	struct vbt_sge sge = { (uintptr_t)s->buf.addr, len, s->buf.lkey };
@@ -248,7 +251,8 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool las
 				  .opcode = VBT_WR_SEND };
 	int rc;
 
-	if (last || ++l->sr.since_signal >= l->sr.n / 4 || l->sr.outstanding >= l->sr.n - 1) {
+	if (force || !atomic_load(&l->sr.sig_inflight) || ++l->sr.since_signal >= l->sr.n / 4 ||
+	    l->sr.outstanding >= l->sr.n - 1) {
 		wr.flags |= VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
 	}
@@ -334,7 +338,7 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 		return vbi_err(-EAGAIN, "no send buffer before the connection is committed");
 	}
 	memcpy(s->buf.addr, frames, len);
-	rc = vbi_lane_post(l, s, len, true);
+	rc = vbi_lane_post(l, s, len, false);
 	if (rc)
 		vbi_sring_untake(&l->sr);
 	return rc;
@@ -1182,6 +1186,34 @@ void vbi_lane_retire(struct vbi_lane *l)
  * peer, wait for a grace period, destroy. Not from the progress context,
  * not inside an RCU read-side section, no lock held.
  */
+/*
+ * An unsignaled SEND that completed successfully leaves no completion: its
+ * ring entry is released by the next signaled one (vbi_sring_release_upto).
+ * A QP moved to ERR completes what it still holds (flushed, signaled or
+ * not), but the entries that had completed silently would wait for ever.
+ * So, as the kernel's ib_drain_sq() does, post one signaled empty SEND to
+ * the QP in ERR: it is flushed after everything before it, and its
+ * completion releases the whole ring. Nothing to do when no unsignaled
+ * entry is left behind a signaled one. Posting to a QP in ERR is allowed
+ * (the WR completes with a flush error); if the provider refuses, the
+ * drain waits as before.
+ */
+static void drain_marker(struct vbi_lane *l)
+{
+	pthread_mutex_lock(l->lk);
+	if (l->sr.outstanding && l->sr.outstanding < l->sr.n) {
+		struct vbi_sctx *s = vbi_sring_take(&l->sr);
+		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .num_sge = 0,
+					  .opcode = VBT_WR_SEND, .flags = VBT_SEND_SIGNALED };
+
+		/* addressed as any SEND of the lane (UD: its AH); counted as
+		 * signaled when posted */
+		if (vbi_lane_post_wr(l, &wr))
+			vbi_sring_untake(&l->sr);
+	}
+	pthread_mutex_unlock(l->lk);
+}
+
 void vbi_lane_destroy_now(struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = l->node->ctx;
@@ -1191,8 +1223,10 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	atomic_store(&l->dead, true);
 	atomic_store(&l->draining, true);
 	pthread_mutex_unlock(l->lk);
-	if (l->qp && vbt_qp_state(l->qp) != VB_QPS_RESET && !atomic_load(&l->dr->fatal))
+	if (l->qp && vbt_qp_state(l->qp) != VB_QPS_RESET && !atomic_load(&l->dr->fatal)) {
 		vbt_qp_set_state(l->qp, VB_QPS_ERR);
+		drain_marker(l);
+	}
 	for (;;) {
 		uint32_t out;
 

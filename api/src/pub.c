@@ -534,7 +534,7 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 		vbi_sring_untake(&l->sr);
 		return 0;
 	}
-	rc = vbi_lane_post(l, s, off, true);
+	rc = vbi_lane_post(l, s, off, false);
 	if (rc) {
 		pthread_mutex_lock(&pub->lock);
 		pp->sent -= frames;

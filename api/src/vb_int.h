@@ -5,9 +5,10 @@
  * Objects and who touches them:
  *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
  *              endpoint (FANOUT), the progress engine.
- *   vb_node    listener + accept thread, its peers, publishers, subscribers.
- *              node->lock (rwlock) guards the lists; the progress thread
- *              takes it for reading once per batch of completions.
+ *   vb_node    listeners + up to 4 accept threads, the maintenance
+ *              thread, its peers, publishers, subscribers. node->lock
+ *              (rwlock) guards the lists; the progress thread takes it
+ *              for reading in each per-peer round and per receive.
  *   vbi_peer   one RC connection to another node: recv slots, send
  *              contexts (a ring the size of the SQ), credits, the remote
  *              node's UD address and subscriptions.
@@ -26,10 +27,12 @@
  *              an RCU grace period (publishing threads hold peer pointers
  *              they read under pub->lock inside a read-side section).
  *
- * Lock order: ctx->ud_lock -> pub->lock; node->lock -> peer->txlock ->
- * pub->lock. A publisher thread takes pub->lock, drops it, then
- * peer->txlock (never pub->lock first while holding it). Application
- * callbacks run with no lock held (cbq.c); evq_lock is a leaf.
+ * Lock order (in short; every lock, every nesting pair found and the RCU
+ * sections: docs/architecture.md "Lock order (complete)"):
+ * ctx->ud_lock -> pub->lock; node->lock -> peer->txlock -> pub->lock. A
+ * publisher thread takes pub->lock, drops it, then peer->txlock (never
+ * pub->lock first while holding it). Application callbacks run with no
+ * lock of the node's held (cbq.c); evq_lock is a leaf.
  */
 #ifndef VERBUS_API_VB_INT_H
 #define VERBUS_API_VB_INT_H
@@ -225,7 +228,8 @@ struct vbi_rxs {
 	uint64_t nak_seq;        /* last NAK sent (first missing seq) ... */
 	uint64_t nak_ms;         /* ... and when */
 	struct vbi_rxs *next_dirty; /* peer's list of streams to acknowledge */
-	bool in_dirty;
+	atomic_bool in_dirty;     /* on that list: written under the peer's txlock, read
+				  * without it (sub.c stream reuse) */
 };
 
 /* Lane roles (HELLO): what a new connection is for. */
@@ -364,7 +368,7 @@ struct vbi_peer {
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
 	atomic_bool corked;       /* data queued behind a SEND in flight: the
 				   * progress thread flushes it when that SEND
-				   * completes (vbi_peer_uncork) */
+				   * completes (vbi_peer_after_poll) */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
@@ -496,7 +500,7 @@ struct vb_ctx {
 	bool thread_running;
 	atomic_bool stop;
 	pthread_mutex_t progress_lock;
-	unsigned idle_polls;       /* APP mode: consecutive empty polls */
+	atomic_uint idle_polls;       /* APP mode: empty polls (vb_progress yields every 64th) */
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
 	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
@@ -626,7 +630,7 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
 void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
 uint64_t vbi_rto_ns(void);
 void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
-int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool last);
+int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_send_hello(struct vbi_lane *l);
