@@ -7,7 +7,10 @@
  * CYCLES times over. Both contexts live on, so a healthy retired lane's QP
  * must come back through RESET to the device's warm pool and serve a later
  * connection: the QP numbers of P's connections repeat across cycles (a
- * fresh QP would get a new number: rxe allocates them cyclically).
+ * fresh QP would get a new number: rxe allocates them cyclically). The
+ * counters say the same (vb_stats_t: pool hits, QPs recycled), and the QPs
+ * `rdma res` lists, less those parked in the pools, come back to what they
+ * were before the first cycle.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -71,6 +74,24 @@ static unsigned lane_qpns(vb_node_t *node, uint32_t *qpn, unsigned max)
 	return n;
 }
 
+/* QPs of this machine's processes (rdma res) less those parked in the
+ * pools of @a and @b; *@st gets @b's counters. */
+static int live_qps(vb_ctx_t *a, vb_ctx_t *b, vb_stats_t *st)
+{
+	vb_stats_t sa;
+
+	int all;
+
+	vb_ctx_stats(a, &sa);
+	vb_ctx_stats(b, st);
+	all = vbt_res_count("qp", 0);
+	if (getenv("VERBUS_TEST_VERBOSE"))
+		printf("  rdma res: %d QPs, parked %u + %u, lanes %" PRIu64 " + %" PRIu64 "\n", all,
+		       sa.qp_pool_parked, st->qp_pool_parked, sa.lanes_created - sa.lanes_retired,
+		       st->lanes_created - st->lanes_retired);
+	return all - (int)sa.qp_pool_parked - (int)st->qp_pool_parked;
+}
+
 static void test_qps_recycled(void **state)
 {
 	vb_ctx_attr_t ca;
@@ -82,6 +103,8 @@ static void test_qps_recycled(void **state)
 	uint32_t seen[MAXQPN];
 	unsigned nseen = 0, reused = 0;
 	uint16_t port;
+	vb_stats_t st, ss;
+	int base, now;
 
 	(void)state;
 	vb_ctx_attr_init(&ca);
@@ -98,6 +121,17 @@ static void test_qps_recycled(void **state)
 	vb_sub_attr_init(&sa);
 	sa.on_msg = on_msg;
 	assert_int_equal(vb_sub_create(snode, "recycle.orders", VB_ORDERED, &sa, &sub), 0);
+	/* the listener prepares its next connection in the background: the
+	 * baseline is what stays put for half a second (bounded) */
+	base = live_qps(sctx, pctx, &st);
+	for (uint64_t t0 = vbt_now_ms(); vbt_now_ms() - t0 < 10000;) {
+		usleep(500000);
+		now = live_qps(sctx, pctx, &st);
+		if (now == base)
+			break;
+		base = now;
+	}
+	printf("baseline: %d QPs not parked\n", base);
 
 	for (unsigned c = 0; c < CYCLES; c++) {
 		vb_node_t *pnode;
@@ -154,7 +188,26 @@ static void test_qps_recycled(void **state)
 	}
 	assert_int_equal(rx.bad, 0);
 	printf("%u QP numbers in all, %u connections' QPs were recycled ones\n", nseen, reused);
+	for (uint64_t t0 = vbt_now_ms(); (now = live_qps(sctx, pctx, &st)) != base; usleep(20000))
+		if (vbt_now_ms() - t0 > 10000)
+			break;
+	vb_ctx_stats(sctx, &ss);
+	printf("publisher context: pool hits %" PRIu64 ", misses %" PRIu64 ", recycled %" PRIu64
+	       ", destroyed %" PRIu64 ", created %" PRIu64 ", parked %u\n", st.qp_pool_hits,
+	       st.qp_pool_misses, st.qps_recycled, st.qps_destroyed, st.qps_created,
+	       st.qp_pool_parked);
+	printf("subscriber context: pool hits %" PRIu64 ", misses %" PRIu64 ", recycled %" PRIu64
+	       ", destroyed %" PRIu64 ", created %" PRIu64 ", parked %u\n", ss.qp_pool_hits,
+	       ss.qp_pool_misses, ss.qps_recycled, ss.qps_destroyed, ss.qps_created,
+	       ss.qp_pool_parked);
+	printf("QPs not parked: %d (baseline %d)\n", now, base);
 	assert_true(reused > 0);
+	assert_true(st.qp_pool_hits > 0 && st.qps_recycled > 0);
+	assert_true(ss.qp_pool_hits > 0 && ss.qps_recycled > 0);
+	/* every QP is a lane's, parked, or was destroyed */
+	assert_int_equal(st.qps_created, st.qps_destroyed + st.qp_pool_parked +
+			 (st.lanes_created - st.lanes_retired));
+	assert_int_equal(now, base);
 
 	assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_node_destroy(snode), 0);
