@@ -5,18 +5,52 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/err.h"
 #include "core/log.h"
 
+struct parked {
+	struct vbt_qp *qp;
+	uint64_t ready_ns; /* recycled: not handed out before (quarantine) */
+};
+
 struct vbi_qpool {
 	struct vbi_qpool_attr attr;
 	pthread_mutex_t lock;
-	struct vbt_qp **parked[VBI_QPOOL_TYPES]; /* LIFO stacks of attr.max */
+	struct parked *parked[VBI_QPOOL_TYPES]; /* stacks of attr.max */
 	unsigned n[VBI_QPOOL_TYPES];
 	bool closed;
 	struct vbi_qpool_stats st; /* under lock */
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Index of the newest parked QP of type @t that may be handed out at @now,
+ * or -1. Under lock. */
+static int ready_at(struct vbi_qpool *p, unsigned t, uint64_t now)
+{
+	for (unsigned i = p->n[t]; i--;)
+		if (p->parked[t][i].ready_ns <= now)
+			return (int)i;
+	return -1;
+}
+
+/* Parked QPs of type @t that may be handed out at @now. Under lock. */
+static unsigned n_ready(struct vbi_qpool *p, unsigned t, uint64_t now)
+{
+	unsigned r = 0;
+
+	for (unsigned i = 0; i < p->n[t]; i++)
+		r += p->parked[t][i].ready_ns <= now;
+	return r;
+}
 
 static void count(struct vbi_qpool *p, uint64_t *c)
 {
@@ -71,7 +105,9 @@ static bool push(struct vbi_qpool *p, struct vbt_qp *qp, bool recycled)
 	pthread_mutex_lock(&p->lock);
 	ok = !p->closed && p->n[t] < p->attr.max;
 	if (ok) {
-		p->parked[t][p->n[t]++] = qp;
+		p->parked[t][p->n[t]].qp = qp;
+		p->parked[t][p->n[t]++].ready_ns =
+			recycled ? mono_ns() + (uint64_t)p->attr.quarantine_ms * 1000000ull : 0;
 		if (recycled)
 			p->st.recycled++;
 	}
@@ -113,14 +149,17 @@ int vbi_qpool_get(struct vbi_qpool *p, enum vb_qp_type type, void *user_ctx,
 {
 	unsigned t = (unsigned)type;
 	struct vbt_qp *qp = NULL;
-	int rc;
+	int i, rc;
 
 	*out = NULL;
 	if (t >= VBI_QPOOL_TYPES)
 		return vbi_err(-EINVAL, "vbi_qpool_get: QP type %u", t);
 	pthread_mutex_lock(&p->lock);
-	if (p->n[t]) {
-		qp = p->parked[t][--p->n[t]];
+	if ((i = ready_at(p, t, mono_ns())) >= 0) {
+		qp = p->parked[t][i].qp;
+		memmove(&p->parked[t][i], &p->parked[t][i + 1],
+			(p->n[t] - (unsigned)i - 1) * sizeof(p->parked[t][0]));
+		p->n[t]--;
 		p->st.hits++;
 	} else {
 		p->st.misses++;
@@ -171,7 +210,8 @@ int vbi_qpool_refill(struct vbi_qpool *p)
 			int rc;
 
 			pthread_mutex_lock(&p->lock);
-			need = !p->closed && p->n[t] < p->attr.low[t];
+			need = !p->closed && p->n[t] < p->attr.max &&
+			       n_ready(p, t, mono_ns()) < p->attr.low[t];
 			pthread_mutex_unlock(&p->lock);
 			if (!need)
 				break;
@@ -206,7 +246,7 @@ void vbi_qpool_close(struct vbi_qpool *p)
 			pthread_mutex_lock(&p->lock);
 			p->closed = true;
 			if (p->n[t])
-				qp = p->parked[t][--p->n[t]];
+				qp = p->parked[t][--p->n[t]].qp;
 			pthread_mutex_unlock(&p->lock);
 			if (!qp)
 				break;

@@ -9,7 +9,12 @@
  * one (a miss); vbi_qpool_put() of a drained, healthy QP resets it
  * (->RESET: the device forgets PSNs, the peer and every WR) and parks it
  * again (recycled: same qp_num, no create cost); an errored QP, or one the
- * pool has no room for, is destroyed. vbi_qpool_refill() creates QPs ahead
+ * pool has no room for, is destroyed. A recycled QP waits quarantine_ms
+ * before get hands it out: the remote end's connection manager keeps the
+ * QP number of the old connection until it has processed the disconnect,
+ * and rejects a new connection that reuses it as stale (IB CM reject
+ * reason 10). Refill counts only the QPs that may be handed out now.
+ * vbi_qpool_refill() creates QPs ahead
  * of demand up to each type's low watermark; the library calls it from the
  * maintenance thread, never from a publisher.
  *
@@ -48,6 +53,7 @@ struct vbi_qpool_attr {
 	struct vbt_conn_param param;    /* RESET->INIT: access flags */
 	unsigned low[VBI_QPOOL_TYPES];  /* refill keeps at least this many parked */
 	unsigned max;                   /* parked QPs kept at most, per type (>= low) */
+	unsigned quarantine_ms;         /* a recycled QP is not handed out sooner */
 };
 
 struct vbi_qpool_stats {

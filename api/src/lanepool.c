@@ -17,6 +17,7 @@
  *                          when recycled
  *   max    = low RC + min(max_peers, 8)   per type: QPs of peers that left
  *                          are kept up to this, the rest destroyed
+ *   quarantine 500 ms      before a recycled QP serves a new connection
  *
  * Threads: get from accept threads, the maintenance thread and
  * vb_node_connect's caller; put from the maintenance thread and node
@@ -30,6 +31,12 @@
 #include "core/err.h"
 #include "core/log.h"
 
+/* A recycled QP's number is not offered to a new connection sooner: the
+ * remote connection manager releases it once its application has processed
+ * the disconnect (a verbus peer does within a maintenance round, 50 ms,
+ * of the BYE or DISCONNECTED); until then it rejects the reuse as stale. */
+#define VBI_LANE_QP_QUARANTINE_MS 500u
+
 int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr)
 {
 	unsigned extra = ctx->attr.max_peers < 8 ? ctx->attr.max_peers : 8;
@@ -40,6 +47,7 @@ int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr)
 			 .max_send_sge = 2, .max_recv_sge = 1,
 			 .max_inline_data = ctx->sz.max_inline },
 		.param = ctx->cp,
+		.quarantine_ms = VBI_LANE_QP_QUARANTINE_MS,
 	};
 
 	pa.low[VB_QPT_RC] = 1 + (ctx->attr.standby ? 1 : 0);
@@ -89,6 +97,12 @@ bool vbi_lane_qp_healthy(struct vbi_lane *l)
 	 * already marked dead (reports are ignored then) */
 	if (atomic_load(&l->fail_why) || atomic_load(&l->dr->fatal) ||
 	    atomic_load(&l->dr->port_down) || l->qp->ops->qp_query(l->qp, &a, VB_QP_STATE))
+		return false;
+	/* Connected (past INIT) to something that never sent a valid HELLO:
+	 * no verbus peer, maybe a half-open client that never processes the
+	 * disconnect, whose connection manager would reject our QP number as
+	 * stale as long as it lives. Never connected: nobody knows the number. */
+	if (a.qp_state != VB_QPS_INIT && !atomic_load(&l->hello_rcvd))
 		return false;
 	return a.qp_state != VB_QPS_ERR && a.qp_state != VB_QPS_SQE;
 }

@@ -92,6 +92,14 @@ static int live_qps(vb_ctx_t *a, vb_ctx_t *b, vb_stats_t *st)
 	return all - (int)sa.qp_pool_parked - (int)st->qp_pool_parked;
 }
 
+static void print_pool(const char *who, const vb_stats_t *s)
+{
+	printf("%s context: pool hits %" PRIu64 ", misses %" PRIu64 ", recycled %" PRIu64
+	       ", destroyed %" PRIu64 ", created %" PRIu64 ", parked %u\n", who, s->qp_pool_hits,
+	       s->qp_pool_misses, s->qps_recycled, s->qps_destroyed, s->qps_created,
+	       s->qp_pool_parked);
+}
+
 static void test_qps_recycled(void **state)
 {
 	vb_ctx_attr_t ca;
@@ -185,6 +193,7 @@ static void test_qps_recycled(void **state)
 		for (t0 = vbt_now_ms(); vb_node_peers(snode) > 0; usleep(10000))
 			if (vbt_now_ms() - t0 > 30000)
 				fail_msg("cycle %u: the subscriber still has its peer", c);
+		usleep(600000); /* past the recycled QPs' quarantine (500 ms) */
 	}
 	assert_int_equal(rx.bad, 0);
 	printf("%u QP numbers in all, %u connections' QPs were recycled ones\n", nseen, reused);
@@ -192,14 +201,8 @@ static void test_qps_recycled(void **state)
 		if (vbt_now_ms() - t0 > 10000)
 			break;
 	vb_ctx_stats(sctx, &ss);
-	printf("publisher context: pool hits %" PRIu64 ", misses %" PRIu64 ", recycled %" PRIu64
-	       ", destroyed %" PRIu64 ", created %" PRIu64 ", parked %u\n", st.qp_pool_hits,
-	       st.qp_pool_misses, st.qps_recycled, st.qps_destroyed, st.qps_created,
-	       st.qp_pool_parked);
-	printf("subscriber context: pool hits %" PRIu64 ", misses %" PRIu64 ", recycled %" PRIu64
-	       ", destroyed %" PRIu64 ", created %" PRIu64 ", parked %u\n", ss.qp_pool_hits,
-	       ss.qp_pool_misses, ss.qps_recycled, ss.qps_destroyed, ss.qps_created,
-	       ss.qp_pool_parked);
+	print_pool("publisher", &st);
+	print_pool("subscriber", &ss);
 	printf("QPs not parked: %d (baseline %d)\n", now, base);
 	assert_true(reused > 0);
 	assert_true(st.qp_pool_hits > 0 && st.qps_recycled > 0);
