@@ -13,8 +13,8 @@
  *            (destroy)
  *   pool:    vbi_qpool_refill (create + RESET->INIT ahead of demand: off the
  *            critical path), then vbi_qpool_get (a hit) + INIT->RTR->RTS
- *   recycle: ->ERR + vbi_qpool_put(reuse = true) (RESET + RESET->INIT: off
- *            the critical path), then get + INIT->RTR->RTS on the recycled
+ *   recycle: ->ERR, then vbi_qpool_put(reuse = true) (RESET + RESET->INIT:
+ *            off the critical path; timed), then get + INIT->RTR->RTS on the recycled
  *            QP (same qp_num)
  * No WR is outstanding, so the retire times hold no drain (a lane's drain
  * depends on its traffic). RC QPs go to RTR/RTS against one peer QP's
@@ -57,7 +57,7 @@ static const char *const s_name[S__COUNT] = {
 	[S_GET] = "pool    get (hit)",
 	[S_POOL_UP] = "pool    INIT->RTR->RTS",
 	[S_POOL_READY] = "pool    get..RTS (ready)",
-	[S_RECYCLE] = "recycle ERR+put (RESET+INIT, off path)",
+	[S_RECYCLE] = "recycle put after ERR (RESET+INIT, off path)",
 	[S_RGET] = "recycle get (hit)",
 	[S_RUP] = "recycle INIT->RTR->RTS",
 	[S_RECYCLE_READY] = "recycle get..RTS (ready)",
@@ -291,11 +291,11 @@ static void print_run(struct run *r, const char *dev)
 		qsort(r->s[s].v, r->s[s].n, sizeof(double), cmp_d);
 	printf("\n%s QPs on %s: %u per series, microseconds (p50 / p99 nearest rank, mean)\n",
 	       vbi_qp_type_name(r->type), dev, r->n);
-	printf("  %-40s %10s %10s %10s\n", "step", "p50", "p99", "mean");
+	printf("  %-44s %10s %10s %10s\n", "step", "p50", "p99", "mean");
 	for (int s = 0; s < S__COUNT; s++) {
 		if (!r->s[s].n)
 			continue;
-		printf("  %-40s %10.1f %10.1f %10.1f\n", s_name[s], pct(&r->s[s], 50),
+		printf("  %-44s %10.1f %10.1f %10.1f\n", s_name[s], pct(&r->s[s], 50),
 		       pct(&r->s[s], 99), mean(&r->s[s]));
 	}
 	cold = pct(&r->s[S_COLD_READY], 50);
