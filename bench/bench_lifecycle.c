@@ -1,18 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * vb_bench lifecycle: what a QP costs to bring up and tear down, cold vs
- * taken from the pre-warmed pool (engine/qpool.h) vs recycled through RESET.
+ * vb_bench lifecycle: what a QP costs to bring up and tear down through the
+ * library's own QP lifecycle, the device pool the lanes take their QPs from
+ * (engine/qpool.h, called by api/src/lanepool.c): cold (a pool miss) vs
+ * pre-warmed (a hit) vs recycled through RESET.
  *
- * Per QP type (RC, UD), over --qps N QPs (>= 200 by default):
- *   cold:    create, RESET->INIT, INIT->RTR, RTR->RTS, then retire:
- *            ERR + marker drain, destroy (after one grace period for all)
- *   pool:    prewarm N (create + park: off the critical path), then
- *            get (a hit) + INIT->RTR + RTR->RTS
- *   recycle: release (drain + RESET + park: off the critical path), then
- *            get + INIT->RTR + RTR->RTS on the recycled QP (same qp_num)
- * RC QPs are brought to RTR/RTS against one peer QP's parameters (the modify
- * needs a destination, no traffic flows). Percentiles come from a sorted
- * array of the N samples. Output: a human table on stdout.
+ * Per QP type (RC, UD), over --qps N QPs (>= 200 by default), with the same
+ * calls a lane makes:
+ *   cold:    vbi_qpool_get on an empty pool (a miss: create + RESET->INIT),
+ *            then what the transport's connect does (local parameters,
+ *            INIT->RTR->RTS); retire: ->ERR + vbi_qpool_put(reuse = false)
+ *            (destroy)
+ *   pool:    vbi_qpool_refill (create + RESET->INIT ahead of demand: off the
+ *            critical path), then vbi_qpool_get (a hit) + INIT->RTR->RTS
+ *   recycle: ->ERR, then vbi_qpool_put(reuse = true) (RESET + RESET->INIT:
+ *            off the critical path; timed), then get + INIT->RTR->RTS on the recycled
+ *            QP (same qp_num)
+ * No WR is outstanding, so the retire times hold no drain (a lane's drain
+ * depends on its traffic). RC QPs go to RTR/RTS against one peer QP's
+ * parameters (the modify needs a destination; no traffic flows).
+ * Percentiles come from a sorted array of the N samples. Output: a human
+ * table on stdout, optionally JSON lines.
  */
 #include <errno.h>
 #include <math.h>
@@ -27,35 +35,31 @@
 #include "bench/bench.h"
 #include "core/err.h"
 #include "core/qp_fsm.h"
-#include "engine/qp_handle.h"
 #include "engine/qpool.h"
 #include "transport/transport.h"
 
 enum {
-	S_CREATE, S_INIT, S_RTR, S_RTS, S_RESET_RTS, S_COLD_READY, S_DRAIN, S_DESTROY,
-	S_PREWARM, S_GET, S_POOL_RTR, S_POOL_RTS, S_POOL_READY,
-	S_RELEASE, S_RGET, S_RRTR, S_RRTS, S_RECYCLE_READY,
+	S_MISS, S_UP_LOCAL, S_RTR, S_RTS, S_COLD_READY, S_ERR, S_DESTROY,
+	S_REFILL, S_GET, S_POOL_UP, S_POOL_READY,
+	S_RECYCLE, S_RGET, S_RUP, S_RECYCLE_READY,
 	S__COUNT
 };
 
 static const char *const s_name[S__COUNT] = {
-	[S_CREATE] = "cold    create",
-	[S_INIT] = "cold    RESET->INIT",
+	[S_MISS] = "cold    get (miss: create+INIT)",
+	[S_UP_LOCAL] = "cold    local parameters",
 	[S_RTR] = "cold    INIT->RTR",
 	[S_RTS] = "cold    RTR->RTS",
-	[S_RESET_RTS] = "cold    RESET->RTS (3 modifies)",
-	[S_COLD_READY] = "cold    create..RTS (ready)",
-	[S_DRAIN] = "cold    ERR + drain",
-	[S_DESTROY] = "cold    destroy",
-	[S_PREWARM] = "pool    prewarm/QP (off path)",
+	[S_COLD_READY] = "cold    get..RTS (ready)",
+	[S_ERR] = "retire  ->ERR",
+	[S_DESTROY] = "retire  put (destroy)",
+	[S_REFILL] = "pool    refill/QP (off path)",
 	[S_GET] = "pool    get (hit)",
-	[S_POOL_RTR] = "pool    INIT->RTR",
-	[S_POOL_RTS] = "pool    RTR->RTS",
+	[S_POOL_UP] = "pool    INIT->RTR->RTS",
 	[S_POOL_READY] = "pool    get..RTS (ready)",
-	[S_RELEASE] = "recycle release (off path)",
+	[S_RECYCLE] = "recycle put after ERR (RESET+INIT, off path)",
 	[S_RGET] = "recycle get (hit)",
-	[S_RRTR] = "recycle INIT->RTR",
-	[S_RRTS] = "recycle RTR->RTS",
+	[S_RUP] = "recycle INIT->RTR->RTS",
 	[S_RECYCLE_READY] = "recycle get..RTS (ready)",
 };
 
@@ -104,12 +108,6 @@ static void add(struct series *s, double us)
 	s->v[s->n++] = us;
 }
 
-static void discard(const struct vbi_qpe_cqe *c, void *arg)
-{
-	(void)c;
-	(void)arg;
-}
-
 struct run {
 	enum vb_qp_type type;
 	unsigned n;
@@ -117,143 +115,139 @@ struct run {
 	unsigned qpn_reused;
 };
 
-static int one_type(struct vbt_dev *dev, struct vbt_pd *pd, struct vbt_cq *cq, struct run *r)
+/* What the transport's accept/connect does to a QP in INIT: fresh local
+ * parameters, INIT->RTR->RTS. Returns the time of each step. */
+static int bring_up(struct vbt_qp *qp, const struct vbt_conn_param *p, const struct vbt_peer *remote,
+		    double t[3])
+{
+	struct vbt_peer local;
+	double t0 = now_us();
+	int rc = vbt_qp_local_peer(qp, 0, &local);
+
+	t[0] = now_us();
+	if (!rc)
+		rc = vbt_qp_to_rtr(qp, p, &local, qp->type == VB_QPT_UD ? NULL : remote);
+	t[1] = now_us();
+	if (!rc)
+		rc = vbt_qp_to_rts(qp, p, &local);
+	t[2] = now_us();
+	t[2] -= t[1];
+	t[1] -= t[0];
+	t[0] -= t0;
+	return rc;
+}
+
+/* Retire as a lane does once drained: ->ERR, then back to the pool. */
+static int retire(struct vbi_qpool *pool, struct vbt_qp *qp, bool reuse, struct series *err,
+		  struct series *put)
+{
+	double t0 = now_us(), t1;
+	int rc = vbt_qp_set_state(qp, VB_QPS_ERR);
+
+	t1 = now_us();
+	if (rc)
+		return rc;
+	rc = vbi_qpool_put(pool, qp, reuse);
+	if (err)
+		add(err, t1 - t0);
+	if (put)
+		add(put, now_us() - t1);
+	return rc < 0 ? rc : 0;
+}
+
+static int pool_new(struct vbt_pd *pd, struct vbt_cq *cq, const struct vbt_conn_param *p,
+		    enum vb_qp_type type, unsigned low, unsigned max, struct vbi_qpool **out)
+{
+	struct vbi_qpool_attr pa = {
+		.pd = pd, .cq = cq, .cap = { .max_send_wr = 64, .max_recv_wr = 64,
+					      .max_send_sge = 2, .max_recv_sge = 1 },
+		.param = *p, .max = max,
+	};
+
+	pa.low[type] = low;
+	return vbi_qpool_create(&pa, out);
+}
+
+static int one_type(struct vbt_pd *pd, struct vbt_cq *cq, struct run *r)
 {
 	struct vbt_conn_param p;
-	struct vbi_qpe_attr qa = {
-		.type = r->type, .cq = cq, .cap = { .max_send_wr = 64, .max_recv_wr = 64 },
-		.on_complete = discard,
-	};
-	struct vbi_qpool_attr pa;
-	struct vbi_qpool *pool = NULL;
-	struct vbi_qpe **q = calloc(r->n, sizeof(*q)), *peer = NULL;
+	struct vbi_qpool *cold = NULL, *pool = NULL;
+	struct vbt_qp **q = calloc(r->n, sizeof(*q)), *peer = NULL;
 	uint32_t *qpn = calloc(r->n, sizeof(*qpn));
 	struct vbt_peer remote;
-	double t, t0;
+	double t0, t[3];
 	int rc = 0;
 
-	(void)dev;
 	if (!q || !qpn) {
 		rc = vbi_err(-ENOMEM, "bench arrays");
 		goto out;
 	}
 	vbt_conn_param_init(&p);
-	/* A peer whose parameters the RC QPs go to RTR against. */
-	if ((rc = vbi_qpe_create(pd, &qa, &peer)) || (rc = vbi_qpe_park(peer, &p, 1000)))
+	if ((rc = pool_new(pd, cq, &p, r->type, 0, r->n, &cold)) ||
+	    (rc = pool_new(pd, cq, &p, r->type, r->n, r->n, &pool)))
 		goto out;
-	remote = *vbi_qpe_local(peer);
+	/* A peer whose parameters the RC QPs go to RTR against. */
+	if ((rc = vbi_qpool_get(cold, r->type, NULL, &peer)) ||
+	    (rc = vbt_qp_local_peer(peer, 0, &remote)))
+		goto out;
 
-	/* ---- cold ---- */
+	/* ---- cold: misses, then destroyed ---- */
 	for (unsigned i = 0; i < r->n; i++) {
-		double c, a, b, d;
-
 		t0 = now_us();
-		if ((rc = vbi_qpe_create(pd, &qa, &q[i])))
+		if ((rc = vbi_qpool_get(cold, r->type, NULL, &q[i])))
 			goto out;
-		c = now_us();
-		/* vbi_qpe_park = RESET->INIT (RC) or ->INIT->RTR->RTS (UD):
-		 * time each modify through the transport helpers instead. */
-		{
-			struct vbt_peer local;
-
-			if ((rc = vbt_qp_local_peer(vbi_qpe_qp(q[i]), 0, &local)))
-				goto out;
-			a = now_us();
-			if ((rc = vbt_qp_to_init(vbi_qpe_qp(q[i]), &p, &local)))
-				goto out;
-			b = now_us();
-			if ((rc = vbt_qp_to_rtr(vbi_qpe_qp(q[i]), &p, &local,
-						r->type == VB_QPT_UD ? NULL : &remote)))
-				goto out;
-			d = now_us();
-			if ((rc = vbt_qp_to_rts(vbi_qpe_qp(q[i]), &p, &local)))
-				goto out;
-			t = now_us();
-		}
-		add(&r->s[S_CREATE], c - t0);
-		add(&r->s[S_INIT], b - a);
-		add(&r->s[S_RTR], d - b);
-		add(&r->s[S_RTS], t - d);
-		add(&r->s[S_RESET_RTS], t - a);
-		add(&r->s[S_COLD_READY], (c - t0) + (t - a));
-		qpn[i] = vbi_qpe_qpn(q[i]);
+		add(&r->s[S_MISS], now_us() - t0);
+		if ((rc = bring_up(q[i], &p, &remote, t)))
+			goto out;
+		add(&r->s[S_UP_LOCAL], t[0]);
+		add(&r->s[S_RTR], t[1]);
+		add(&r->s[S_RTS], t[2]);
+		add(&r->s[S_COLD_READY], now_us() - t0);
 	}
 	for (unsigned i = 0; i < r->n; i++) {
-		t0 = now_us();
-		vbi_qpe_close(q[i], 1000);
-		add(&r->s[S_DRAIN], now_us() - t0);
-	}
-	vbi_rcu_synchronize();
-	for (unsigned i = 0; i < r->n; i++) {
-		t0 = now_us();
-		rc = vbi_qpe_free(q[i]);
-		add(&r->s[S_DESTROY], now_us() - t0);
+		rc = retire(cold, q[i], false, &r->s[S_ERR], &r->s[S_DESTROY]);
 		q[i] = NULL;
 		if (rc)
 			goto out;
 	}
 
-	/* ---- pool ---- */
-	memset(&pa, 0, sizeof(pa));
-	pa.pd = pd;
-	pa.cq = cq;
-	pa.type = r->type;
-	pa.cap = qa.cap;
-	pa.on_complete = discard;
-	pa.param = p;
-	pa.max = r->n;
-	if ((rc = vbi_qpool_create(&pa, &pool)))
-		goto out;
+	/* ---- pool: refilled ahead, hits; then recycled, hits again ---- */
 	t0 = now_us();
-	rc = vbi_qpool_prewarm(pool, r->n);
-	t = now_us();
+	rc = vbi_qpool_refill(pool);
 	if (rc < 0)
 		goto out;
 	for (unsigned i = 0; i < r->n; i++)
-		add(&r->s[S_PREWARM], (t - t0) / r->n);
+		add(&r->s[S_REFILL], (now_us() - t0) / r->n);
 	for (int pass = 0; pass < 2; pass++) {
-		int sg = pass ? S_RGET : S_GET, sr = pass ? S_RRTR : S_POOL_RTR,
-		    ss = pass ? S_RRTS : S_POOL_RTS, sy = pass ? S_RECYCLE_READY : S_POOL_READY;
+		int sg = pass ? S_RGET : S_GET, su = pass ? S_RUP : S_POOL_UP,
+		    sy = pass ? S_RECYCLE_READY : S_POOL_READY;
 
 		for (unsigned i = 0; i < r->n; i++) {
-			double a, b;
+			double a;
 
 			t0 = now_us();
-			if ((rc = vbi_qpool_get(pool, &q[i])))
+			if ((rc = vbi_qpool_get(pool, r->type, NULL, &q[i])))
 				goto out;
 			a = now_us();
-			if (r->type == VB_QPT_UD) {
-				b = t = a; /* parked in RTS already */
-			} else {
-				if ((rc = vbt_qp_to_rtr(vbi_qpe_qp(q[i]), &p, vbi_qpe_local(q[i]), &remote)))
-					goto out;
-				b = now_us();
-				if ((rc = vbt_qp_to_rts(vbi_qpe_qp(q[i]), &p, vbi_qpe_local(q[i]))))
-					goto out;
-				t = now_us();
-			}
+			if ((rc = bring_up(q[i], &p, &remote, t)))
+				goto out;
 			add(&r->s[sg], a - t0);
-			add(&r->s[sr], b - a);
-			add(&r->s[ss], t - b);
-			add(&r->s[sy], t - t0);
+			add(&r->s[su], now_us() - a);
+			add(&r->s[sy], now_us() - t0);
 			if (pass) {
 				for (unsigned j = 0; j < r->n; j++)
-					if (qpn[j] == vbi_qpe_qpn(q[i])) {
+					if (qpn[j] == q[i]->qpn) {
 						r->qpn_reused++;
 						break;
 					}
 			} else {
-				qpn[i] = vbi_qpe_qpn(q[i]);
+				qpn[i] = q[i]->qpn;
 			}
 		}
-		/* Release: drain + RESET + park, kept (the pool holds n). */
 		for (unsigned i = 0; i < r->n; i++) {
-			t0 = now_us();
-			rc = vbi_qpool_release(pool, q[i]);
-			if (!pass)
-				add(&r->s[S_RELEASE], now_us() - t0);
+			rc = retire(pool, q[i], true, NULL, pass ? NULL : &r->s[S_RECYCLE]);
 			q[i] = NULL;
-			if (rc < 0)
+			if (rc)
 				goto out;
 		}
 	}
@@ -264,11 +258,11 @@ out:
 			vbi_errmsg());
 	for (unsigned i = 0; q && i < r->n; i++)
 		if (q[i])
-			vbi_qpe_destroy(q[i], 1000);
-	if (pool)
-		vbi_qpool_destroy(pool);
+			vbi_qpool_put(cold, q[i], false);
 	if (peer)
-		vbi_qpe_destroy(peer, 1000);
+		vbi_qpool_put(cold, peer, false);
+	vbi_qpool_destroy(pool);
+	vbi_qpool_destroy(cold);
 	free(q);
 	free(qpn);
 	return rc;
@@ -297,23 +291,23 @@ static void print_run(struct run *r, const char *dev)
 		qsort(r->s[s].v, r->s[s].n, sizeof(double), cmp_d);
 	printf("\n%s QPs on %s: %u per series, microseconds (p50 / p99 nearest rank, mean)\n",
 	       vbi_qp_type_name(r->type), dev, r->n);
-	printf("  %-34s %10s %10s %10s\n", "step", "p50", "p99", "mean");
+	printf("  %-44s %10s %10s %10s\n", "step", "p50", "p99", "mean");
 	for (int s = 0; s < S__COUNT; s++) {
 		if (!r->s[s].n)
 			continue;
-		printf("  %-34s %10.1f %10.1f %10.1f\n", s_name[s], pct(&r->s[s], 50),
+		printf("  %-44s %10.1f %10.1f %10.1f\n", s_name[s], pct(&r->s[s], 50),
 		       pct(&r->s[s], 99), mean(&r->s[s]));
 	}
 	cold = pct(&r->s[S_COLD_READY], 50);
 	warm = pct(&r->s[S_POOL_READY], 50);
 	rec = pct(&r->s[S_RECYCLE_READY], 50);
-	rts = pct(&r->s[S_RESET_RTS], 50);
+	rts = pct(&r->s[S_POOL_UP], 50);
 	printf("  -> to a QP ready to send (p50): cold %.1f us, pre-warmed %.1f us (saves %.1f us, %.0f%%), "
 	       "recycled %.1f us (saves %.1f us, %.0f%%)\n",
 	       cold, warm, cold - warm, 100.0 * (cold - warm) / cold, rec, cold - rec,
 	       100.0 * (cold - rec) / cold);
-	printf("  -> RESET->RTS p50 here %.1f us (%.2f ms); the article claims 1.8 ms on 100 Gb RoCE\n",
-	       rts, rts / 1000.0);
+	printf("  -> INIT->RTR->RTS p50 here %.1f us (%.2f ms); the article claims 1.8 ms RESET->RTS "
+	       "on 100 Gb RoCE\n", rts, rts / 1000.0);
 	printf("  -> recycled QPs that came back with a qp_num of the pool's first generation: %u of %u\n",
 	       r->qpn_reused, r->n);
 }
@@ -349,7 +343,6 @@ int vb_bench_lifecycle(int argc, char **argv)
 		fprintf(stderr, "vb_bench lifecycle: --qps %u: at least 200 for the percentiles\n", n);
 		return 2;
 	}
-	vbi_rcu_register_thread();
 	da.name = devname;
 	if (vbt_verbs_ops.dev_open(&da, &dev) || dev->ops->pd_alloc(dev, &pd) ||
 	    dev->ops->cq_create(dev, &ca, &cq)) {
@@ -367,7 +360,7 @@ int vb_bench_lifecycle(int argc, char **argv)
 				goto out;
 			}
 		}
-		if (one_type(dev, pd, cq, &runs[t]))
+		if (one_type(pd, cq, &runs[t]))
 			goto out;
 		print_run(&runs[t], dev->caps.name);
 		if (json && (jf || (jf = fopen(json, "a"))))
@@ -388,6 +381,5 @@ out:
 		dev->ops->dev_close(dev);
 	if (jf)
 		fclose(jf);
-	vbi_rcu_unregister_thread();
 	return rc;
 }

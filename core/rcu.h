@@ -2,9 +2,9 @@
 /*
  * RCU read side and grace periods for every layer: liburcu, memb flavour
  * (<urcu/urcu-memb.h>): readers only bump a per-thread counter. Users:
- * core/path (lanes read under the read lock), the QP lifecycle engine
- * (engine/qp_engine.c's registry, engine/qp_handle.h's published QP), the
- * library's lanes and publishers (api/src).
+ * core/path (lanes read under the read lock), the library's lanes and
+ * publishers (api/src: a retired lane's QP is destroyed or recycled only
+ * after a grace period).
  *
  * Every thread that reads under the lock or waits for a grace period must be
  * registered: vbi_rcu_register_thread() once, and vbi_rcu_unregister_thread()

@@ -1,88 +1,92 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pre-warmed, recycling pool of engine QPs (engine/qp_engine.h) for one key
- * (PD, CQ, QP type, capacities). QPs are created ahead of demand and parked
- * in INIT (RC/UC: ready for INIT->RTR->RTS against a peer) or RTS (UD: ready
- * to send); vbi_qpool_get() takes a parked one (a hit) or creates and parks
- * one (a miss). vbi_qpool_release() drains the QP if needed, resets it
- * (->RESET, new incarnation, new PSN) and parks it again instead of
- * destroying it: no QP creation cost and no QPN churn (the same qp_num comes
- * back). When the pool already holds `max` QPs the released one is
- * destroyed. Parked QPs are handed out last-in first-out.
- *
- * An optional background thread keeps at least `low` QPs parked (woken by
- * get); it is stopped and joined by vbi_qpool_destroy().
+ * The pre-warmed, recycling pool of transport QPs that the lanes run on
+ * (docs/lifecycle.md): one pool per device (PD, CQ) and queue capacities,
+ * with one parked stack per QP type (RC, UC, UD). A parked QP is in INIT:
+ * created, given its port, P_Key index and access flags (UD: a random
+ * non-default Q_Key), so the transport's accept/connect only has INIT->RTR->
+ * RTS left. vbi_qpool_get() takes a parked one (a hit) or creates and parks
+ * one (a miss); vbi_qpool_put() of a drained, healthy QP resets it
+ * (->RESET: the device forgets PSNs, the peer and every WR) and parks it
+ * again (recycled: same qp_num, no create cost); an errored QP, or one the
+ * pool has no room for, is destroyed. A recycled QP waits quarantine_ms
+ * before get hands it out: the remote end's connection manager keeps the
+ * QP number of the old connection until it has processed the disconnect,
+ * and rejects a new connection that reuses it as stale (IB CM reject
+ * reason 10). Refill counts only the QPs that may be handed out now.
+ * vbi_qpool_refill() creates QPs ahead
+ * of demand up to each type's low watermark; the library calls it from the
+ * maintenance thread, never from a publisher.
  *
  * Synchronization table:
- *   vbi_qpool_get, _release, _prewarm, _stats   any thread, concurrently on
- *                                               the same pool (a mutex guards
- *                                               the parked stack; QP creation
- *                                               and parking run outside it).
- *   vbi_qpool_release(q)                        q must be unreachable by
- *                                               posters: after unpublish + a
- *                                               grace period (qp_handle.h's
- *                                               retire does that). Needs an
- *                                               RCU-registered thread when q
- *                                               still holds WRs (it drains).
- *   vbi_qpool_destroy                           alone, after every get/release
- *                                               returned; QPs handed out stay
- *                                               the caller's (destroy them).
- *
- * Ownership: parked QPs belong to the pool; a QP from get belongs to the
- * caller until released. PD and CQ must outlive the pool.
- *
- * Return codes: 0 or negative errno (vb_errmsg() set).
+ *   vbi_qpool_get, _put, _refill, _stats, _close  any thread, concurrently
+ *                                       on one pool (a mutex guards the
+ *                                       stacks and counters; QP creation,
+ *                                       modifies and destruction run
+ *                                       outside it).
+ *   vbi_qpool_put(qp)                   qp has no outstanding WR and no
+ *                                       thread can reach it any more (the
+ *                                       caller drained it and waited for a
+ *                                       grace period: api/src/lane.c).
+ *   vbi_qpool_destroy                   alone, after every other call
+ *                                       returned.
+ * Ownership: parked QPs are the pool's (their user_ctx is NULL); a QP from
+ * get is the caller's until put. PD and CQ outlive the pool.
+ * Return codes: 0 or negative errno (vb_errmsg() set), unless stated.
  */
 #ifndef VERBUS_ENGINE_QPOOL_H
 #define VERBUS_ENGINE_QPOOL_H
 
-#include "engine/qp_engine.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+#define VBI_QPOOL_TYPES 3 /* VB_QPT_RC, VB_QPT_UC, VB_QPT_UD */
 
 struct vbi_qpool;
 
 struct vbi_qpool_attr {
 	struct vbt_pd *pd;
-	struct vbt_cq *cq;
-	enum vb_qp_type type;
-	struct vbt_qp_cap cap;
-	vbi_qpe_complete_fn on_complete; /* for every QP of the pool */
-	void *cb_arg;
-	struct vbt_conn_param param;     /* parking: access, qkey (UD), ... */
-	unsigned max;                    /* parked QPs kept at most (>= 1) */
-	unsigned low;                    /* background refill keeps >= low
-					  * parked; 0 = no thread */
-	int drain_timeout_ms;            /* release of a QP with WRs; 0 = 2000 */
+	struct vbt_cq *cq;              /* send and receive CQ of every QP */
+	struct vbt_qp_cap cap;          /* asked for at creation */
+	struct vbt_conn_param param;    /* RESET->INIT: access flags */
+	unsigned low[VBI_QPOOL_TYPES];  /* refill keeps at least this many parked */
+	unsigned max;                   /* parked QPs kept at most, per type (>= low) */
+	unsigned quarantine_ms;         /* a recycled QP is not handed out sooner */
 };
 
 struct vbi_qpool_stats {
 	uint64_t hits;      /* get served by a parked QP */
 	uint64_t misses;    /* get had to create one */
-	uint64_t recycled;  /* release parked the QP again */
-	uint64_t destroyed; /* release (pool full or reset failed) or destroy */
-	uint64_t created;   /* QPs created (prewarm, refill, misses) */
-	uint64_t refilled;  /* of which by the background thread */
-	uint64_t park_failures;
-	unsigned parked;    /* now */
+	uint64_t recycled;  /* put reset and parked the QP again */
+	uint64_t destroyed; /* QPs destroyed (errored, pool full, a failed park, close) */
+	uint64_t created;   /* QPs created (refill and misses) */
+	unsigned parked;    /* now, all types */
 };
 
 int vbi_qpool_create(const struct vbi_qpool_attr *attr, struct vbi_qpool **out);
 
-/* Create and park QPs until min(@n, max) are parked. Returns how many are
- * parked, or a negative errno when creating/parking failed. */
-int vbi_qpool_prewarm(struct vbi_qpool *p, unsigned n);
+/* A QP of @type in INIT, its user_ctx set to @user_ctx. */
+int vbi_qpool_get(struct vbi_qpool *p, enum vb_qp_type type, void *user_ctx,
+		  struct vbt_qp **out);
 
-/* A parked QP (INIT for RC/UC, RTS for UD). 0 or negative errno. */
-int vbi_qpool_get(struct vbi_qpool *p, struct vbi_qpe **out);
-
-/* Reset + park @q and keep it, or destroy it when the pool is full (or @q is
- * not of this pool's CQ/type, or the reset fails). 0 when recycled, 1 when
+/* Give @qp back. @reuse: drained and no error seen on it; then it is reset
+ * and parked when its type's stack has room. Returns 0 when recycled, 1 when
  * destroyed, negative errno when even the destroy failed. */
-int vbi_qpool_release(struct vbi_qpool *p, struct vbi_qpe *q);
+int vbi_qpool_put(struct vbi_qpool *p, struct vbt_qp *qp, bool reuse);
+
+/* Create and park QPs until every type has its low watermark parked.
+ * Returns how many were created, or a negative errno. */
+int vbi_qpool_refill(struct vbi_qpool *p);
 
 void vbi_qpool_stats(struct vbi_qpool *p, struct vbi_qpool_stats *st);
 
-/* Stop the refill thread, destroy the parked QPs (one grace period for all).
- * 0, or the first destroy error. */
-int vbi_qpool_destroy(struct vbi_qpool *p);
+/* Destroy every parked QP; from then on get creates (a miss), put and
+ * refill park nothing. For a device going away. */
+void vbi_qpool_close(struct vbi_qpool *p);
+
+/* Close, then free the pool. NULL is a no-op. */
+void vbi_qpool_destroy(struct vbi_qpool *p);
 
 #endif

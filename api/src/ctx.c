@@ -785,6 +785,7 @@ static void dev_reap(struct vb_ctx *ctx)
 			pending = true;
 			continue;
 		}
+		vbi_lanepool_close(dr); /* its parked QPs */
 		n = vbi_mempool_detach(dr->pool);
 		if (n < 0)
 			vbi_warn("%s: %s", dr->name, vbi_errmsg());
@@ -987,13 +988,15 @@ static int devres_finish(struct vb_ctx *ctx, unsigned idx, int cqe)
 	rc = vbi_mempool_create(&pa, &pool_reg_ops, dr->pd, &dr->pool);
 	if (rc)
 		return rc;
-	return ctx->ops->cq_create(dr->dev, &ca, &dr->cq);
+	rc = ctx->ops->cq_create(dr->dev, &ca, &dr->cq);
+	return rc ? rc : vbi_lanepool_init(ctx, dr);
 }
 
 static void devres_close(struct vb_ctx *ctx, unsigned idx)
 {
 	struct vbi_devres *dr = &ctx->dr[idx];
 
+	vbi_lanepool_fini(dr);
 	if (dr->cq)
 		ctx->ops->cq_destroy(dr->cq);
 	if (dr->pool)
@@ -1284,6 +1287,7 @@ static void ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 		st->pool_registrations = ps.registrations;
 	}
 	vbi_mcast_stats(ctx, st);
+	vbi_lanepool_stats(ctx, st);
 	st->degrades = atomic_load(&ctx->st.degrades);
 	st->promotions = atomic_load(&ctx->st.promotions);
 	st->naks_sent = atomic_load(&ctx->st.naks_sent);

@@ -22,7 +22,9 @@
  *     the connecting side has built a replacement.
  *  3. The old lane goes to the maintenance thread: ERR, every posted WR
  *     reaped (flushes are RECLAIM, not new failures), a grace period
- *     (vbi_rcu_synchronize), then the QP and its buffers are destroyed.
+ *     (vbi_rcu_synchronize), then its buffers are freed and its QP goes
+ *     back to the device's warm pool through RESET when it drained and
+ *     saw no error, else it is destroyed (lanepool.c).
  *  4. The connecting side warms a new standby in the background (on the
  *     other device when the context has one and its port is up).
  *
@@ -109,12 +111,6 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 {
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_lane *l = calloc(1, sizeof(*l));
-	struct vbt_qp_init_attr qa = {
-		.type = mode,
-		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
-			 .max_send_sge = 2, .max_recv_sge = 1, .max_inline_data = ctx->sz.max_inline },
-	};
-	struct vbt_peer local;
 	int rc;
 
 	*out = NULL;
@@ -136,19 +132,12 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	l->lk = &l->own_lock;
 	l->created_ns = vbi_mono_ns();
 	l->credit_ns = l->created_ns;
-	qa.user_ctx = l;
 	if (atomic_load(&dr->removed)) {
 		rc = vbi_err(-ENODEV, "the device is being removed");
 		goto err;
 	}
-	qa.send_cq = qa.recv_cq = dr->cq;
-	rc = ctx->ops->qp_create(dr->pd, &qa, &l->qp);
-	if (rc)
-		goto err;
-	rc = vbt_qp_local_peer(l->qp, 0, &local);
-	if (!rc)
-		rc = vbt_qp_to_init(l->qp, &ctx->cp, &local);
-	if (rc)
+	/* parked in INIT by the device's warm pool (lanepool.c) */
+	if ((rc = vbi_lane_qp_get(l, mode)))
 		goto err;
 	l->nslots = l->qp->cap.max_recv_wr;
 	l->slots = calloc(l->nslots, sizeof(*l->slots));
@@ -1218,12 +1207,14 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	uint64_t t0 = vbi_mono_ns();
+	bool reuse = false; /* drained, no error: the QP goes back to the pool */
 
 	pthread_mutex_lock(l->lk);
 	atomic_store(&l->dead, true);
 	atomic_store(&l->draining, true);
 	pthread_mutex_unlock(l->lk);
 	if (l->qp && vbt_qp_state(l->qp) != VB_QPS_RESET && !atomic_load(&l->dr->fatal)) {
+		reuse = vbi_lane_qp_healthy(l);
 		vbt_qp_set_state(l->qp, VB_QPS_ERR);
 		drain_marker(l);
 	}
@@ -1235,11 +1226,14 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 		pthread_mutex_unlock(l->lk);
 		if (!out && !atomic_load(&l->posted_recvs))
 			break;
-		if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal))
+		if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal)) {
+			reuse = false;
 			break; /* never posted to, or nothing will complete any more */
+		}
 		if (vbi_mono_ns() - t0 > 10000000000ull) {
 			vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding",
 				 l->id, out, atomic_load(&l->posted_recvs));
+			reuse = false;
 			break;
 		}
 		vbi_progress_or_nap(ctx);
@@ -1258,7 +1252,7 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	if (l->conn)
 		ctx->ops->conn_close(l->conn);
 	if (l->qp)
-		ctx->ops->qp_destroy(l->qp);
+		vbi_lane_qp_put(l, reuse);
 	vbi_sring_fini(ctx, &l->sr);
 	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
 	pthread_mutex_destroy(&l->own_lock);

@@ -331,6 +331,7 @@ static void *maint_main(void *arg)
 			break;
 		vbi_node_pending_expire(node);
 		maint_retire(node);
+		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
 		vbi_node_backup_step(node);
 		vbi_node_reap(node);
 		/* Peers are freed only when the node is destroyed (after this
@@ -342,7 +343,6 @@ static void *maint_main(void *arg)
 		pthread_rwlock_unlock(&node->lock);
 		for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
 			maint_peer(node, todo[i]);
-		(void)ctx;
 	}
 	return NULL;
 }

@@ -53,6 +53,7 @@
 #include "core/stream.h"
 #include "core/wire.h"
 #include "core/wire_msg.h"
+#include "engine/qpool.h"
 #include "transport/transport.h"
 #include "api/src/auth.h"
 
@@ -149,6 +150,7 @@ struct vbi_devres {
 	struct vbt_pd *pd;
 	struct vbi_mempool *pool;
 	struct vbt_cq *cq;
+	struct vbi_qpool *qpool; /* the lanes' pre-warmed, recycled QPs (lanepool.c) */
 	atomic_bool fatal;       /* DEVICE_FATAL: nothing on it completes any more */
 	atomic_bool port_down;   /* PORT_ERR seen, no PORT_ACTIVE since */
 	atomic_bool failed;      /* a port/device event failed every lane on it:
@@ -737,6 +739,19 @@ bool vbi_mcast_uses_dev(struct vb_ctx *ctx);
 void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);
+
+/* lanepool.c: the lanes' QPs, from the device's warm pool and back */
+int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr);
+void vbi_lanepool_refill(struct vb_ctx *ctx); /* maintenance thread */
+void vbi_lanepool_close(struct vbi_devres *dr); /* device removed: parked QPs go */
+void vbi_lanepool_fini(struct vbi_devres *dr);
+void vbi_lanepool_stats(struct vb_ctx *ctx, vb_stats_t *st);
+/* l->qp = a QP of @mode in INIT, user_ctx @l. 0 or negative errno. */
+int vbi_lane_qp_get(struct vbi_lane *l, enum vb_qp_type mode);
+/* Before the drain: no error reported on @l's QP nor found by a query. */
+bool vbi_lane_qp_healthy(struct vbi_lane *l);
+/* After the drain and a grace period: recycle (@reuse) or destroy l->qp. */
+void vbi_lane_qp_put(struct vbi_lane *l, bool reuse);
 uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);
 void vbi_mcast_sub_leave(struct vb_ctx *ctx, uint32_t topic_id);
 void vbi_mcast_pub_open(struct vb_pub *pub);

@@ -69,14 +69,29 @@ int vbt_res_count(const char *kind, pid_t pid)
 		return -1;
 	}
 	/* Objects are flat: {"ifindex":..,...,"pid":N,"comm":"..."} */
-	if (pid)
-		snprintf(pat, sizeof(pat), "\"pid\":%d", (int)pid);
-	else /* every user object */
-		snprintf(pat, sizeof(pat), "\"pid\":");
+	if (!pid) {
+		/* every user object: one with a pid, or with no name at all.
+		 * The kernel omits the pid once the creating thread has exited
+		 * (a QP a joined thread created and left parked); the kernel's
+		 * own objects have a name and no pid ("comm":"ib_core") */
+		for (char *s = out; (s = strchr(s, '{')); s++) {
+			char *e = strchr(s, '}');
+
+			if (!e)
+				break;
+			*e = '\0';
+			if (strstr(s, "\"pid\":") || !strstr(s, "\"comm\":"))
+				count++;
+			s = e;
+		}
+		free(out);
+		return count;
+	}
+	snprintf(pat, sizeof(pat), "\"pid\":%d", (int)pid);
 	for (char *s = out; (s = strstr(s, pat)); s += strlen(pat)) {
 		char c = s[strlen(pat)];
 
-		if (!pid || c == ',' || c == '}')
+		if (c == ',' || c == '}')
 			count++;
 	}
 	free(out);

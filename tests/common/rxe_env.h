@@ -16,10 +16,11 @@
 const char *vbt_require_device(void);
 
 /* How many `rdma res show @kind` entries (qp, cq, mr, pd) belong to @pid
- * (0: every user-space object on the machine; rdma res names the thread
- * that created an object, so a multithreaded process's objects are not all
- * under its pid); negative when the rdma tool cannot be run or its output
- * not read. */
+ * (0: every user-space object on the machine, also those whose creating
+ * thread has exited and which rdma res lists without a pid; rdma res names
+ * the thread that created an object, so a multithreaded process's objects
+ * are not all under its pid); negative when the rdma tool cannot be run or
+ * its output not read. */
 int vbt_res_count(const char *kind, pid_t pid);
 
 #endif

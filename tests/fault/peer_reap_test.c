@@ -7,8 +7,9 @@
  * messages, and leave: even cycles by a clean exit (vb_pub_destroy's
  * linger, vb_node_destroy's BYE), odd ones by SIGKILL once half the stream
  * arrived. After each cycle the subscriber must be back at its baseline:
- * no peer, no lane (lanes_created == lanes_retired), the QPs and CQs of
- * this process as `rdma res` lists them as before the first cycle,
+ * no peer, no lane (lanes_created == lanes_retired), the QPs (less those
+ * parked in the warm pool) and CQs of this process as `rdma res` lists
+ * them as before the first cycle,
  * registered memory in use and MRs no higher than after the first cycle
  * (the pool keeps the chunks it registered, by design) plus a small
  * tolerance. Every clean cycle delivered exactly 1,000 messages once and
@@ -146,7 +147,10 @@ static void take(vb_ctx_t *ctx, vb_node_t *node, struct counts *c)
 	 * thread's id, and the library creates objects on several threads);
 	 * the publisher of the cycle has exited by now */
 	vb_ctx_stats(ctx, &s);
-	c->qp = vbt_res_count("qp", 0);
+	/* QPs parked in the warm pool are the library's, not a peer's: a
+	 * clean cycle's QP comes back to it (recycled), a killed one's is
+	 * destroyed, so the parked count moves and the rest must not */
+	c->qp = vbt_res_count("qp", 0) - (int)s.qp_pool_parked;
 	c->cq = vbt_res_count("cq", 0);
 	c->mr = vbt_res_count("mr", 0);
 	c->in_use = s.pool_in_use;

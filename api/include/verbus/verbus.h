@@ -398,6 +398,21 @@ typedef struct vb_stats {
 	uint64_t auth_refused;       /* connections refused by authentication
 				      * (either end: no key, another key, a
 				      * failed or replayed proof; VB_EV_AUTH_REFUSED) */
+	/* QP lifecycle (docs/lifecycle.md; appended): every connection's QP
+	 * comes from its device's pre-warmed pool and a healthy retired one
+	 * goes back to it through RESET; summed over the context's devices */
+	uint64_t qp_pool_hits;       /* connections that got a QP parked in INIT */
+	uint64_t qp_pool_misses;     /* ... that found the pool empty: a QP was
+				      * created on their path */
+	uint64_t qps_recycled;       /* QPs of retired connections (drained, no
+				      * error) reset and parked for reuse: same QP
+				      * number, no create */
+	uint64_t qps_destroyed;      /* QPs destroyed: errored, the pool full, or
+				      * their device going away */
+	uint64_t qps_created;        /* QPs created (ahead of demand by the
+				      * maintenance thread, and misses) */
+	unsigned qp_pool_parked;     /* QPs parked in the pools now (they show in
+				      * `rdma res show qp`) */
 } vb_stats_t;
 
 /**
