@@ -187,8 +187,8 @@ int vbi_qpool_put(struct vbi_qpool *p, struct vbt_qp *qp, bool reuse)
 	pthread_mutex_unlock(&p->lock);
 	if (!reuse)
 		goto out_destroy;
-	if ((vbt_qp_state(qp) != VB_QPS_RESET && (rc = vbt_qp_set_state(qp, VB_QPS_RESET))) ||
-	    (rc = park(p, qp))) {
+	if ((vbt_qp_state(qp) != VB_QPS_RESET && vbt_qp_set_state(qp, VB_QPS_RESET)) ||
+	    park(p, qp)) {
 		vbi_warn("QP %u not recycled: %s", qp->qpn, vbi_errmsg());
 		goto out_destroy;
 	}

@@ -73,11 +73,10 @@ void vbi_lanepool_refill(struct vb_ctx *ctx)
 	for (unsigned d = 0; d < ctx->ndev; d++) {
 		struct vbi_devres *dr = &ctx->dr[d];
 		struct vbi_qpool *p = pin(dr);
-		int rc;
 
 		if (!p)
 			continue;
-		if ((rc = vbi_qpool_refill(p)) < 0)
+		if (vbi_qpool_refill(p) < 0)
 			vbi_info("%s: QP pool not refilled: %s", dr->name, vbi_errmsg());
 		atomic_fetch_sub(&dr->nlanes, 1);
 	}
