@@ -190,6 +190,44 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
+/* @m, which fits one datagram, as the next record of @pub's BATCH datagram
+ * (its header is written when it is posted: fanout_flush_batch), which is
+ * posted now unless corked behind a datagram in flight. *@seq gets its
+ * sequence. ud_lock and pub->lock held. 0, or -EAGAIN when the datagram
+ * queue has no room (nothing taken from @m then). */
+static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, unsigned nd,
+			 uint64_t *seq)
+{
+	uint32_t mtu = ctx->ud_mtu;
+	size_t rs = vbi_wire_rec_size(m->len);
+	bool busy = ctx->cork && atomic_load(&ctx->ud_sr.sig_inflight);
+	uint8_t *pl = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
+
+	if (pub->batch && pub->batch_off + rs > mtu && fanout_flush_batch(ctx, pub))
+		return -EAGAIN;
+	if (!pub->batch) {
+		if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd)
+			return -EAGAIN;
+		/* this message's buffer becomes the datagram: its payload
+		 * moves up by the record's length field */
+		pub->batch = m;
+		pub->batch_off = VBI_WIRE_HDR_LEN;
+		pub->batch_frames = 0;
+		memmove(pl + VBI_WIRE_REC_HDR, pl, m->len);
+		pl += VBI_WIRE_REC_HDR;
+	}
+	*seq = ++pub->fanout_seq;
+	pub->last_pub_ms = vbi_now_ms();
+	pub->batch_off += (uint32_t)vbi_wire_rec_put((uint8_t *)pub->batch->buf.addr +
+						     pub->batch_off, pl, m->len);
+	pub->batch_frames++;
+	if (pub->batch != m)
+		vbi_msg_put(ctx, m); /* copied into the batch */
+	if ((busy && pub->batch_off + VBI_WIRE_REC_HDR + 8 <= mtu) || fanout_flush_batch(ctx, pub))
+		atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
+	return 0;
+}
+
 /*
  * FANOUT publish. A message that fits one datagram is appended to the
  * publisher's batch datagram; the batch is posted at once when no signaled
@@ -230,37 +268,8 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
 	if (nfrag == 1 && VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) <= mtu) {
-		/* a record of the publisher's BATCH datagram (its header is
-		 * written when it is posted: fanout_flush_batch) */
-		size_t rs = vbi_wire_rec_size(m->len);
-		bool busy = ctx->cork && atomic_load(&ctx->ud_sr.sig_inflight);
-		uint8_t *pl = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
-
-		if (pub->batch && pub->batch_off + rs > mtu && fanout_flush_batch(ctx, pub))
+		if (fanout_append(ctx, pub, m, nd, &seq))
 			goto full;
-		seq = ++pub->fanout_seq;
-		pub->last_pub_ms = vbi_now_ms();
-		if (!pub->batch) {
-			if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd) {
-				pub->fanout_seq--;
-				goto full;
-			}
-			/* this message's buffer becomes the datagram: its
-			 * payload moves up by the record's length field */
-			pub->batch = m;
-			pub->batch_off = VBI_WIRE_HDR_LEN;
-			pub->batch_frames = 0;
-			memmove(pl + VBI_WIRE_REC_HDR, pl, m->len);
-			pl += VBI_WIRE_REC_HDR;
-		}
-		pub->batch_off += (uint32_t)vbi_wire_rec_put((uint8_t *)pub->batch->buf.addr +
-							     pub->batch_off, pl, m->len);
-		pub->batch_frames++;
-		if (pub->batch != m)
-			vbi_msg_put(ctx, m); /* copied into the batch */
-		if ((busy && pub->batch_off + VBI_WIRE_REC_HDR + 8 <= mtu) ||
-		    fanout_flush_batch(ctx, pub))
-			atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
 		goto done;
 	}
 	/* fragmented: the pending batch goes first, then every datagram */
