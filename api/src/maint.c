@@ -334,8 +334,8 @@ static void *maint_main(void *arg)
 		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
 		vbi_node_backup_step(node);
 		vbi_node_reap(node);
-		/* Peers are freed only when the node is destroyed (after this
-		 * thread is joined): the snapshot stays valid. */
+		/* Peers are freed by vbi_node_reap, on this thread, above: the
+		 * snapshot stays valid until the next round. */
 		pthread_rwlock_rdlock(&node->lock);
 		for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
 			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))

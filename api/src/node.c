@@ -1095,7 +1095,8 @@ static int connect_addr(struct vb_node *node, const struct sockaddr_storage *add
 	atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
 	return 0;
 err_linked:
-	/* The peer object stays on the node (dead) until vb_node_destroy: the
+	/* The peer object stays on the node (dead) until the maintenance
+	 * thread reaps it (vbi_node_reap, after an RCU grace period): the
 	 * progress thread may still hold it. Its lane is retired now. */
 	pthread_mutex_lock(&p->txlock);
 	p->dead = true;
@@ -1175,7 +1176,7 @@ void vbi_node_backup_step(struct vb_node *node)
 			todo[n++] = p;
 	pthread_rwlock_unlock(&node->lock);
 	for (unsigned i = 0; i < n; i++) {
-		/* peers are freed only at vb_node_destroy, after this thread */
+		/* peers are freed by vbi_node_reap, on this same thread */
 		struct vbi_peer *p = todo[i];
 		const struct sockaddr_storage *to = &p->alt_addr, *back = &p->addr;
 		char was[INET6_ADDRSTRLEN + 8], now[INET6_ADDRSTRLEN + 8];
