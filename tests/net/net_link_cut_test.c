@@ -277,7 +277,19 @@ static int pub_run(unsigned vi, int *drained, double *secs)
 		if (seq % 32 == 0)
 			usleep(4000); /* ~8k msg/s */
 	}
-	*drained = vb_pub_wait_acked(pub, seq, 120000) == 0 && seq == n_msgs;
+	*drained = vb_pub_wait_acked(pub, seq, 60000) == 0 && seq == n_msgs;
+	if (!*drained) { /* what is left unacknowledged, and on which lanes */
+		vb_stats_t st;
+
+		fprintf(stderr, "[a] '%s': not drained at seq %" PRIu64 ": %s\n", v->name, seq,
+			vb_errmsg());
+		vb_node_dump(node, stderr);
+		if (vb_ctx_stats(ctx, &st) == 0)
+			fprintf(stderr, "[a] acks in %" PRIu64 ", sends %" PRIu64 ", failovers %" PRIu64
+					", keepalives %" PRIu64 ", malformed %" PRIu64 "\n",
+				st.acks_received, st.sends_posted, st.failovers, st.keepalives,
+				st.malformed);
+	}
 	rc = 0;
 out:
 	*secs = (double)(vbt_now_ms() - t0) / 1000.0;
