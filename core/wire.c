@@ -37,7 +37,6 @@ enum {
 	OFF_FRAG_OFF = 32, OFF_MSG_LEN = 36,
 };
 _Static_assert(OFF_MSG_LEN + 4 == VBI_WIRE_HDR_LEN, "header layout");
-_Static_assert(OFF_EPOCH == VBI_WIRE_OFF_EPOCH, "epoch offset");
 
 void vbi_wire_put(void *buf, const struct vbi_wire_hdr *h)
 {

@@ -19,7 +19,6 @@
 #define VBI_WIRE_MAGIC 0x5642u /* "BV" on the wire (little-endian "VB") */
 #define VBI_WIRE_VERSION 2u /* 2: BATCH frames */
 #define VBI_WIRE_HDR_LEN 40u
-#define VBI_WIRE_OFF_EPOCH 16 /* byte offset of the epoch (patched in place on resend) */
 #define VBI_WIRE_ALIGN 8u
 /* Hard upper bound on a message a peer may announce (msg_len). */
 #define VBI_WIRE_MAX_MSG (64u << 20)
