@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A subscriber that leaves right after its last delivery still acknowledges
+ * everything it was handed: the publisher's vb_pub_wait_acked() returns 0.
+ *
+ * Found by net_link_cut_test (standby variant, 2 of 6 runs): every message
+ * delivered, the subscriber destroyed at once, the publisher's window never
+ * drained. The destroying thread marked the subscriber dead while the
+ * progress thread was still returning from the last on_msg; the delivery
+ * was then not made owed an ACK, so the final ACK that vb_sub_destroy()
+ * sends stopped one short.
+ *
+ * One context publishes (ORDERED, ack_quorum 1), a second context in the
+ * same process subscribes; each round publishes ROUND_MSGS messages and the
+ * subscriber goes away at the last one, in the way the case names:
+ *   other thread  the last on_msg tells the main thread, which calls
+ *                 vb_sub_destroy(); the callback returns only once the main
+ *                 thread is inside it (the destroy waits for the running
+ *                 callback), so the destroy begins while it runs;
+ *   at once       the main thread destroys the subscriber as soon as it
+ *                 sees the count, with no hand-shake (the everyday case).
+ * After each round the node and context of the subscriber are destroyed,
+ * and every published message must be acknowledged within 10 s.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <verbus/verbus.h>
+
+#include "tests/common/msgcheck.h"
+#include "tests/common/proc.h"
+#include "tests/common/rxe_env.h"
+
+#define TOPIC "ca.orders"
+#define ROUND_MSGS 300u
+#define ROUNDS 4
+#define WAIT_MS 10000
+
+enum how { OTHER_THREAD, AT_ONCE, N_HOW };
+
+static const char *const how_name[] = { "other thread", "at once" };
+
+/* Written by the subscriber's progress thread (on_msg), read by the main
+ * thread. */
+struct rx {
+	enum how how;
+	uint64_t first, last; /* the round's sequence numbers */
+	uint64_t got, bad;
+	int last_seen;         /* the last on_msg began (OTHER_THREAD: tells main) */
+	int destroying;        /* main is about to call vb_sub_destroy() */
+};
+
+static struct rx rx;
+
+static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct rx *r = arg;
+	uint64_t expect = r->first + __atomic_load_n(&r->got, __ATOMIC_RELAXED);
+
+	if (m->seq != expect && __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED) < 5)
+		fprintf(stderr, "seq %" PRIu64 ", expected %" PRIu64 "\n", m->seq, expect);
+	__atomic_fetch_add(&r->got, 1, __ATOMIC_RELEASE);
+	(void)sub;
+	if (m->seq != r->last || r->how != OTHER_THREAD)
+		return;
+	__atomic_store_n(&r->last_seen, 1, __ATOMIC_RELEASE);
+	/* return only once the main thread is about to destroy: the destroy
+	 * then starts while this callback is still running (it waits for it) */
+	for (uint64_t t0 = vbt_now_ms(); !__atomic_load_n(&r->destroying, __ATOMIC_ACQUIRE);)
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			return;
+	usleep(50000); /* vb_sub_destroy() marks it dead first thing */
+}
+
+static void ctx_attr(vb_ctx_attr_t *ca)
+{
+	vb_ctx_attr_init(ca);
+	ca->ip = vbt_test_ip();
+}
+
+static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_sub_attr_t sa;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_sub_t *sub;
+	uint8_t buf[64];
+	char name[32];
+	uint64_t seq = 0, t0;
+	int rc;
+
+	ctx_attr(&ca);
+	if (vb_ctx_create(&ca, &ctx))
+		fail_msg("sub ctx: %s", vb_errmsg());
+	vb_node_attr_init(&na);
+	snprintf(name, sizeof(name), "ca-sub-%d", round);
+	na.name = name;
+	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
+	memset(&rx, 0, sizeof(rx));
+	rx.how = how;
+	vb_sub_attr_init(&sa);
+	sa.on_msg = on_msg;
+	sa.arg = &rx;
+	assert_int_equal(vb_sub_create(node, TOPIC, VB_ORDERED, &sa, &sub), 0);
+	if (vb_node_connect(node, vbt_test_ip(), port))
+		fail_msg("connect: %s", vb_errmsg());
+	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) < 1; usleep(2000))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%s: no subscriber after %d ms", how_name[how], WAIT_MS);
+
+	for (unsigned i = 0; i < ROUND_MSGS; i++) {
+		memset(buf, (int)i, sizeof(buf));
+		for (t0 = vbt_now_ms(); (rc = vb_publish(pub, buf, sizeof(buf), &seq)) == -EAGAIN;
+		     sched_yield())
+			if (vbt_now_ms() - t0 > WAIT_MS)
+				fail_msg("publish: -EAGAIN for %d ms: %s", WAIT_MS, vb_errmsg());
+		assert_int_equal(rc, 0);
+		if (i == 0) {
+			rx.first = seq;
+			rx.last = seq + ROUND_MSGS - 1;
+		}
+	}
+	assert_int_equal(seq, rx.last);
+
+	/* the subscriber leaves at its last delivery */
+	for (t0 = vbt_now_ms();; sched_yield()) {
+		if (how == OTHER_THREAD ? __atomic_load_n(&rx.last_seen, __ATOMIC_ACQUIRE)
+					: __atomic_load_n(&rx.got, __ATOMIC_ACQUIRE) == ROUND_MSGS)
+			break;
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%s: %" PRIu64 " of %u delivered after %d ms", how_name[how],
+				 __atomic_load_n(&rx.got, __ATOMIC_ACQUIRE), ROUND_MSGS, WAIT_MS);
+	}
+	__atomic_store_n(&rx.destroying, 1, __ATOMIC_RELEASE);
+	assert_int_equal(vb_sub_destroy(sub), 0);
+	assert_int_equal(vb_node_destroy(node), 0);
+	assert_int_equal(vb_ctx_destroy(ctx), 0);
+	assert_int_equal(rx.got, ROUND_MSGS);
+	assert_int_equal(rx.bad, 0);
+
+	rc = vb_pub_wait_acked(pub, seq, WAIT_MS);
+	printf("%s, round %d: %u delivered, sequence %" PRIu64 "..%" PRIu64 ": %s\n",
+	       how_name[how], round, ROUND_MSGS, rx.first, rx.last,
+	       rc ? vb_errmsg() : "all acknowledged");
+	if (rc)
+		fail_msg("%s: the subscriber left at its last delivery and the publisher's "
+			 "window did not drain within %d ms: %s", how_name[how], WAIT_MS,
+			 vb_errmsg());
+	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) > 0; usleep(2000))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%s: the subscriber still counted %d ms after it left",
+				 how_name[how], WAIT_MS);
+}
+
+static void test_close_ack(void **state)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_pub_attr_t pa;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_pub_t *pub;
+
+	(void)state;
+	ctx_attr(&ca);
+	if (vb_ctx_create(&ca, &ctx))
+		fail_msg("pub ctx: %s", vb_errmsg());
+	vb_node_attr_init(&na);
+	na.name = "ca-pub";
+	na.listen_ip = vbt_test_ip();
+	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
+	vb_pub_attr_init(&pa);
+	pa.ack_quorum = 1;
+	pa.slow_policy = VB_SLOW_BLOCK;
+	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), 0);
+	for (int r = 0; r < ROUNDS * N_HOW; r++)
+		run_round(pub, vb_node_port(node), (enum how)(r % N_HOW), r);
+	assert_int_equal(vb_pub_destroy(pub), 0);
+	assert_int_equal(vb_node_destroy(node), 0);
+	assert_int_equal(vb_ctx_destroy(ctx), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_close_ack),
+	};
+
+	vbt_require_device();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
