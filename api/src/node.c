@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "api/src/vb_int.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -556,7 +556,7 @@ struct vb_ctx {
 	size_t auth_key_len;       /* 0: no key */
 };
 
-/* ctx.c */
+/* progress.c */
 int vbi_progress_once(struct vb_ctx *ctx);
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
 enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK, VBI_CB_END };
@@ -597,6 +597,7 @@ void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 /* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* sring.c: send rings, receive slots, message descriptors */
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
 		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs);
 /* Batch buffers (slot_size) for the entries among the first @nbufs of
@@ -614,11 +615,11 @@ void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
  * the descriptor too), one reference; 0 or the pool's error (-EAGAIN at its
  * cap, -ENODEV once the device's pool is detached, ...). */
 int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out);
-void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
-void vbi_progress_or_nap(struct vb_ctx *ctx);
+void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
+void vbi_progress_or_nap(struct vb_ctx *ctx); /* progress.c */
+/* ctx.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
-uint64_t vbi_mono_ns(void);
 
 /* lane.c: lanes, failover, the maintenance thread */
 /* Receive slots an accepted connection has before its HELLO is valid. */
@@ -724,8 +725,6 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 /* Progress thread, no lock held: VB_SLOW_CUT publishers cut subscribers
  * stalled for their slow_sub_ms and send the END frames owed (every 10 ms). */
 void vbi_pub_slow_check(struct vb_ctx *ctx);
-uint64_t vbi_now_ms(void);
-uint64_t vbi_now_ns(void);
 
 int vbi_check_topic(const char *topic);
 
