@@ -621,7 +621,8 @@ void vbi_progress_or_nap(struct vb_ctx *ctx); /* progress.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
 
-/* lane.c: lanes, failover, the maintenance thread */
+/* lane.c, lane_failover.c, lane_hello.c: lanes, failover, HELLO; the
+ * maintenance thread */
 /* Receive slots an accepted connection has before its HELLO is valid. */
 #define VBI_LEAN_SLOTS 2u
 /* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
@@ -639,12 +640,14 @@ uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_send_hello(struct vbi_lane *l);
 void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
 void vbi_lane_retire(struct vbi_lane *l);
-/* The same, and marked dead now: peer->txlock held (lane.c). */
+/* The same, and marked dead now: peer->txlock held (lane_failover.c). */
 void vbi_lane_retire_locked(struct vbi_lane *l);
 /* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
  * false); returns the lane that was active, for the caller to retire.
- * p->txlock held (lane.c). */
+ * p->txlock held (lane_failover.c). */
 struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
+/* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
+struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
 void vbi_lane_destroy_now(struct vbi_lane *l);
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
