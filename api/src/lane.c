@@ -489,3 +489,19 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);
 }
+
+/* ---- control sends on the active lane (peer->txlock held) ------------------------------ */
+
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len)
+{
+	struct vbi_lane *l;
+	int rc;
+
+	if (p->dead || p->closing)
+		return -ENOTCONN;
+	vbi_rcu_enter();
+	l = vbi_peer_lane(p);
+	rc = l && atomic_load(&l->hello_rcvd) ? vbi_lane_send_ctrl(l, frames, len) : -EAGAIN;
+	vbi_rcu_leave();
+	return rc;
+}

@@ -367,3 +367,131 @@ int vbi_progress_start(struct vb_ctx *ctx)
 	ctx->thread_running = true;
 	return 0;
 }
+
+/*
+ * After each poll: flush queued data first (ACKs ride along in its batches),
+ * then send a standalone ACK only when one is really due: the publisher
+ * asked (k-of-n), a quarter of the slots wait to be returned, 256 messages
+ * went unacknowledged, or nothing has arrived for 2 ms. A lone credit is
+ * not returned on its own: the ACK carrying it would consume one of the
+ * peer's slots, which it would return the same way (ACK ping-pong). Lanes
+ * other than the active one return their credits on their own. node->lock
+ * held for reading (so subscribers, whose streams sit on the dirty list,
+ * cannot go away meanwhile).
+ */
+/*
+ * Keepalive on the active lane @l: when it has posted nothing for
+ * keepalive_ms, a credits-only ACK frame goes. A peer that died silently
+ * (SIGKILL, power) leaves a receiver with nothing to send; without this its
+ * RC QP would never find out (no send, no completion error). With it, the
+ * keepalive's retries run out (RETRY_EXC_ERR) and the usual recovery runs:
+ * standby, rebuild, given up, and then vb_node_connect_backup()'s
+ * alternative. Each side sends at most one per interval when idle; it
+ * carries the slots to return, so the two ends' keepalives pay for each
+ * other. txlock held.
+ */
+static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
+{
+	unsigned ka = p->node->ctx->attr.keepalive_ms;
+	uint64_t now;
+
+	if (!ka)
+		return;
+	now = vbi_now_ms();
+	if (l->sends_total != l->ka_sends || !l->ka_ms) {
+		l->ka_sends = l->sends_total;
+		l->ka_ms = now;
+		return;
+	}
+	if (now - l->ka_ms < ka)
+		return;
+	struct vbi_wire_hdr h = { .type = VBI_WT_ACK, .frag_off = l->to_return };
+
+	vbi_wire_put(buf, &h);
+	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN) == 0) {
+		l->to_return = 0;
+		atomic_fetch_add_explicit(&p->node->ctx->st.keepalives, 1, memory_order_relaxed);
+	}
+	l->ka_sends = l->sends_total;
+	l->ka_ms = now;
+}
+
+void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
+	struct vbi_rxs *upto;
+	struct vbi_lane *l;
+	bool urgent = false, due, held;
+	uint32_t len;
+
+	if (p->dead || p->closing || !p->up)
+		return;
+	{
+		/* an accepted UD lane's HELLO answer deferred until its
+		 * accept() returned (vbi_lane_send_hello) */
+		struct vbi_lane *hl = NULL;
+
+		vbi_rcu_enter(); /* lanes are freed after a grace period */
+		pthread_mutex_lock(&p->txlock);
+		for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next)
+			if (atomic_load(&o->hello_deferred) && atomic_load(&o->conn_ready) &&
+			    !atomic_load(&o->dead))
+				hl = o;
+		pthread_mutex_unlock(&p->txlock);
+		if (hl)
+			vbi_lane_send_hello(hl);
+		vbi_rcu_leave();
+	}
+	if (p->subs_pending)
+		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
+	/* Data corked behind a SEND in flight goes once that SEND completed
+	 * (vb_pub_commit); anything else queued (waiting for credits or ring
+	 * space) goes as soon as they allow. */
+	{
+		struct vbi_lane *al;
+
+		vbi_rcu_enter();
+		al = atomic_load(&p->corked) ? vbi_path_lane(&p->path) : NULL;
+		held = al && atomic_load(&al->sr.sig_inflight);
+		vbi_rcu_leave();
+	}
+	if (!held)
+		vbi_peer_flush(p);
+	pthread_mutex_lock(&p->txlock);
+	l = vbi_peer_lane(p);
+	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
+	    atomic_exchange(&p->ack_all, false))
+		vbi_sub_peer_ack_all(p->node, p); /* urgent: goes below */
+	/* our FANOUT endpoint moved: tell the peer, on a lane that stays */
+	if (atomic_load_explicit(&p->ud_announce, memory_order_relaxed) && l &&
+	    atomic_load(&l->hello_rcvd) && !atomic_load(&l->dr->fatal) &&
+	    l->max_send >= VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN &&
+	    vbi_lane_send_ctrl(l, buf, vbi_udaddr_frame(p->node->ctx, buf)) == 0)
+		atomic_store(&p->ud_announce, false);
+	if (l && atomic_load(&l->hello_rcvd)) {
+		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
+
+		if (l->mode != VB_QPT_RC)
+			vbi_lane_check_timers(p, l, vbi_now_ns());
+		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
+			urgent |= r->ack_urgent;
+		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
+		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
+		if (due && (len = vbi_peer_build_acks(p, l, buf, cap, &upto)) &&
+		    vbi_lane_send_ctrl(l, buf, len) == 0)
+			vbi_peer_acks_sent(p, l, upto);
+		keepalive(p, l, buf);
+	}
+	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
+		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+
+		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) ||
+		    o->to_return < 2 || (o->to_return < o->nslots / 4 && !idle))
+			continue;
+		h.frag_off = o->to_return;
+		vbi_wire_put(buf, &h);
+		if (vbi_lane_send_ctrl(o, buf, VBI_WIRE_HDR_LEN) == 0)
+			o->to_return = 0;
+	}
+	pthread_mutex_unlock(&p->txlock);
+}

@@ -158,3 +158,10 @@ void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi
 			break;
 	}
 }
+
+/* Undo vbi_sring_take() for an entry that was not posted. */
+void vbi_sring_untake(struct vbi_sring *sr)
+{
+	sr->head = (sr->head + sr->n - 1) % sr->n;
+	sr->outstanding--;
+}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The context's UD endpoint (FANOUT): its QP, send ring and receive slots,
- * and moving it off a removed device.
+ * moving it off a removed device, and the datagrams it receives.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -169,4 +169,45 @@ void vbi_ud_move(struct vb_ctx *ctx)
 	else
 		vbi_warn("%s removed: FANOUT (its UD endpoint) is closed; FANOUT publishers get "
 			 "-ENODEV", from->name);
+}
+
+/* ---- UD receive (FANOUT) --------------------------------------------------------------- */
+
+void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
+{
+	const uint8_t *buf, *pl;
+	uint32_t len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &buf);
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	int r;
+
+	if (!len) {
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "empty datagram dropped");
+	}
+
+	pthread_mutex_lock(&ctx->lock);
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
+		if (r < 0) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "datagram frame dropped: %s",
+				  vbi_wire_err_name((enum vbi_wire_err)-r));
+			break;
+		}
+		if (h.type == VBI_WT_DATA || h.type == VBI_WT_HEARTBEAT) {
+			for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+				struct vb_sub *s;
+
+				pthread_rwlock_rdlock(&n->lock);
+				s = vbi_sub_find(n, h.topic);
+				if (s && s->cls == VB_FANOUT)
+					vbi_sub_data(s, NULL, &h, pl);
+				pthread_rwlock_unlock(&n->lock);
+			}
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	vbi_cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
+	vbi_ud_repost(ctx, slot);
 }

@@ -686,14 +686,15 @@ static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 /* node.c */
 struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
 void vbi_peer_free(struct vbi_peer *p);
-int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len);
-void vbi_sring_untake(struct vbi_sring *sr);
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len); /* lane.c */
+void vbi_sring_untake(struct vbi_sring *sr); /* sring.c */
+/* peer_frames.c */
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
-void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
 void vbi_ctx_kick(struct vb_ctx *ctx);
@@ -701,7 +702,7 @@ void vbi_ctx_kick(struct vb_ctx *ctx);
  * "vb-maint", "vb-accept". Best effort. */
 void vbi_thread_name(pthread_t t, const char *name);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
-void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len); /* ud.c */
 void vbi_node_backup_step(struct vb_node *node);
 /* Maintenance thread: free the peers given up or closed (node.c). */
 void vbi_node_reap(struct vb_node *node);
