@@ -715,7 +715,7 @@ void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
  * caller keeps its reference). Any thread; takes ud_lock, then pub->lock. */
 int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out);
 
-/* pub.c */
+/* pub_frame.c, pub_ordered.c (ORDERED), pub_fanout.c (FANOUT), pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);
 void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
