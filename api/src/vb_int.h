@@ -250,7 +250,7 @@ enum vbi_lane_role {
  * being retired. Lanes pair up 1:1 with the remote's (one connection);
  * the connecting side numbers them (@id, increasing).
  * A lane has a mode: RC normally; UC or UD when the path is degraded
- * (lane.c, "degradation"): those carry ORDERED data with software
+ * (lane_failover.c, "degradation"): those carry ORDERED data with software
  * reliability on top (go-back-N on NAK, a retransmission timeout, credit
  * resynchronisation), see docs/recovery.md.
  * Everything except the atomics is under *@lk: the peer's txlock once the
