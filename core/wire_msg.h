@@ -6,9 +6,9 @@
  * the pure protocol rules the library applies to them (LANE numbering and
  * epochs, credit returns). docs/wire.md describes every format and rule.
  *
- * These are the functions api/src calls on received bytes (node.c, lane.c,
- * auth.c, sub.c) and the encoders it sends with; tests/fuzz feeds them the
- * same way. Nothing here touches verbs objects or api/ state.
+ * These are the functions api/src calls on received bytes (peer_frames.c,
+ * lane_hello.c, lane.c, ud.c, auth.c, sub.c) and the encoders it sends
+ * with; tests/fuzz feeds them the same way. Nothing here touches verbs objects or api/ state.
  *
  * Thread-safety: every function is pure (no shared state, no allocation);
  * any thread may call them concurrently on different buffers / structs.

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "api/src/vb_int.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -20,6 +20,7 @@
 #include <sys/random.h>
 #include <time.h>
 #include "api/src/vb_int.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api/src/vb_int.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 

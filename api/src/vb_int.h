@@ -250,7 +250,7 @@ enum vbi_lane_role {
  * being retired. Lanes pair up 1:1 with the remote's (one connection);
  * the connecting side numbers them (@id, increasing).
  * A lane has a mode: RC normally; UC or UD when the path is degraded
- * (lane.c, "degradation"): those carry ORDERED data with software
+ * (lane_failover.c, "degradation"): those carry ORDERED data with software
  * reliability on top (go-back-N on NAK, a retransmission timeout, credit
  * resynchronisation), see docs/recovery.md.
  * Everything except the atomics is under *@lk: the peer's txlock once the
@@ -556,7 +556,7 @@ struct vb_ctx {
 	size_t auth_key_len;       /* 0: no key */
 };
 
-/* ctx.c */
+/* progress.c */
 int vbi_progress_once(struct vb_ctx *ctx);
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
 enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK, VBI_CB_END };
@@ -597,6 +597,7 @@ void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 /* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* sring.c: send rings, receive slots, message descriptors */
 int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
 		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs);
 /* Batch buffers (slot_size) for the entries among the first @nbufs of
@@ -614,13 +615,14 @@ void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
  * the descriptor too), one reference; 0 or the pool's error (-EAGAIN at its
  * cap, -ENODEV once the device's pool is detached, ...). */
 int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out);
-void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
-void vbi_progress_or_nap(struct vb_ctx *ctx);
+void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
+void vbi_progress_or_nap(struct vb_ctx *ctx); /* progress.c */
+/* ctx.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
-uint64_t vbi_mono_ns(void);
 
-/* lane.c: lanes, failover, the maintenance thread */
+/* lane.c, lane_failover.c, lane_hello.c: lanes, failover, HELLO; the
+ * maintenance thread */
 /* Receive slots an accepted connection has before its HELLO is valid. */
 #define VBI_LEAN_SLOTS 2u
 /* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
@@ -638,12 +640,14 @@ uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_send_hello(struct vbi_lane *l);
 void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
 void vbi_lane_retire(struct vbi_lane *l);
-/* The same, and marked dead now: peer->txlock held (lane.c). */
+/* The same, and marked dead now: peer->txlock held (lane_failover.c). */
 void vbi_lane_retire_locked(struct vbi_lane *l);
 /* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
  * false); returns the lane that was active, for the caller to retire.
- * p->txlock held (lane.c). */
+ * p->txlock held (lane_failover.c). */
 struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
+/* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
+struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
 void vbi_lane_destroy_now(struct vbi_lane *l);
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
@@ -682,14 +686,15 @@ static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 /* node.c */
 struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
 void vbi_peer_free(struct vbi_peer *p);
-int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len);
-void vbi_sring_untake(struct vbi_sring *sr);
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len); /* lane.c */
+void vbi_sring_untake(struct vbi_sring *sr); /* sring.c */
+/* peer_frames.c */
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
-void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
 void vbi_ctx_kick(struct vb_ctx *ctx);
@@ -697,7 +702,7 @@ void vbi_ctx_kick(struct vb_ctx *ctx);
  * "vb-maint", "vb-accept". Best effort. */
 void vbi_thread_name(pthread_t t, const char *name);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
-void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len); /* ud.c */
 void vbi_node_backup_step(struct vb_node *node);
 /* Maintenance thread: free the peers given up or closed (node.c). */
 void vbi_node_reap(struct vb_node *node);
@@ -710,7 +715,7 @@ void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
  * caller keeps its reference). Any thread; takes ud_lock, then pub->lock. */
 int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out);
 
-/* pub.c */
+/* pub_frame.c, pub_ordered.c (ORDERED), pub_fanout.c (FANOUT), pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);
 void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
@@ -724,8 +729,6 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 /* Progress thread, no lock held: VB_SLOW_CUT publishers cut subscribers
  * stalled for their slow_sub_ms and send the END frames owed (every 10 ms). */
 void vbi_pub_slow_check(struct vb_ctx *ctx);
-uint64_t vbi_now_ms(void);
-uint64_t vbi_now_ns(void);
 
 int vbi_check_topic(const char *topic);
 

@@ -15,7 +15,7 @@
 
 #include "transport/transport.h"
 
-/* HELLO payload as api/src/lane.c lays it out (little-endian, version 3,
+/* HELLO payload as api/src/lane_hello.c lays it out (little-endian, version 3,
  * docs/wire.md). */
 enum {
 	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Failover: error classification of completions and async events
+ * (core/errpolicy), the switch to a pre-warmed standby lane (core/path:
+ * RCU-published active lane, epoch, policy). The lanes themselves are in
+ * lane.c, the HELLO that binds a connection to its peer in lane_hello.c.
+ * The per-node maintenance thread that retires old lanes, warms standbys
+ * and rebuilds a lane when no standby was left is in maint.c.
+ *
+ * The recovery, step by step (docs/recovery.md has the long version):
+ *  1. A completion with an error status or an async event on a lane's QP
+ *     (or on its port or device) is classified; a disruptive verdict marks
+ *     the lane (vbi_lane_report, any thread) and the progress thread acts
+ *     on it (vbi_peer_handle_failures): one action per incident.
+ *  2. Under the peer's txlock: vbi_path_fail() decides. With a standby, it
+ *     is published (vbi_path_switch: atomic exchange, new epoch), every
+ *     publisher's cursor to this peer is rewound to what the peer
+ *     acknowledged (the retransmission: the receiver drops what it already
+ *     has by sequence), a LANE frame tells the peer to switch as well, and
+ *     the recovery ends (vbi_path_resume). Without a standby the path has
+ *     no lane (publishes queue in the windows, bounded, then -EAGAIN) until
+ *     the connecting side has built a replacement.
+ *  3. The old lane goes to the maintenance thread: ERR, every posted WR
+ *     reaped (flushes are RECLAIM, not new failures), a grace period
+ *     (vbi_rcu_synchronize), then its buffers are freed and its QP goes
+ *     back to the device's warm pool through RESET when it drained and
+ *     saw no error, else it is destroyed (lanepool.c).
+ *  4. The connecting side warms a new standby in the background (on the
+ *     other device when the context has one and its port is up).
+ *
+ * Thread-safety: vbi_lane_report and vbi_dev_event may run on any thread
+ * (atomics only); everything that changes which lane is active runs with
+ * the peer's txlock held; lanes are freed only by the maintenance thread or
+ * node destruction, after their WRs are reaped and a grace period passed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/src/vb_int.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- failure reports (any thread) ----------------------------------------------------- */
+
+void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	int cur;
+
+	if (atomic_load(&l->draining) || atomic_load(&l->dead) ||
+	    !vbi_err_action_disrupts(v.action))
+		return;
+	{
+		const char *none = NULL;
+
+		atomic_compare_exchange_strong(&l->fail_why, &none, why); /* the first reason */
+	}
+	cur = atomic_load(&l->fail_act);
+	while ((int)v.action > cur && !atomic_compare_exchange_weak(&l->fail_act, &cur,
+								    (int)v.action))
+		;
+	atomic_store(&ctx->fail_pending, true);
+}
+
+/* The device's async-event thread. QP events name the lane (user_ctx);
+ * port and device events fail every lane on the device. */
+void vbi_dev_event(const struct vbt_event *ev, void *arg)
+{
+	struct vbi_devres *dr = arg;
+	struct vb_ctx *ctx = dr->ctx;
+	struct vbi_err_verdict v = vbi_errpol_event(&ctx->errpol, ev->type);
+
+	vbi_info("%s: async event %s: %s (%s)", dr->dev ? dr->dev->caps.name : "?",
+		 vbt_event_name(ev->type), vbi_err_action_name(v.action), v.reason);
+	if (ev->type == VBT_EV_PORT_ERR)
+		atomic_store(&dr->port_down, true);
+	else if (ev->type == VBT_EV_PORT_ACTIVE)
+		atomic_store(&dr->port_down, false);
+	else if (ev->type == VBT_EV_DEVICE_FATAL)
+		atomic_store(&dr->fatal, true);
+	else if (ev->type == VBT_EV_DEVICE_REMOVAL && !atomic_load(&dr->removed)) {
+		/* fail over off it, then close it all (vbi_dev_reap) */
+		dr->removed_ns = vbi_mono_ns();
+		atomic_store(&dr->fatal, true);
+		atomic_store(&dr->removed, true);
+		atomic_store(&ctx->dev_removing, true);
+		atomic_fetch_add(&ctx->st.devices_removed, 1);
+	}
+	if (!vbi_err_action_disrupts(v.action))
+		return;
+	if (v.scope == VBI_SCOPE_QP || v.scope == VBI_SCOPE_WR) {
+		if (ev->qp_ctx) /* the UD endpoint has none: FANOUT reports its loss */
+			vbi_lane_report(ev->qp_ctx, v, v.reason);
+		return;
+	}
+	atomic_store(&dr->failed, true);
+	atomic_store(&ctx->fail_pending, true);
+}
+
+/* ---- path events: recorded under txlock, reported after ------------------------------- */
+
+static void path_event(const struct vbi_path_event *ev, void *arg)
+{
+	struct vbi_peer *p = arg;
+
+	/* mode changes are reported by the lanes' modes (vbi_peer_switch_to), on both
+	 * ends: the policy's own DEGRADE precedes the lane that carries it */
+	if (ev->type == VBI_PATH_EV_DEGRADE || ev->type == VBI_PATH_EV_PROMOTE)
+		return;
+	if (p->npev < sizeof(p->pev) / sizeof(p->pev[0])) {
+		p->pev[p->npev].type = (uint8_t)ev->type;
+		p->pev[p->npev].outage_ns = ev->outage_ns;
+		p->pev[p->npev].reason = ev->reason;
+		p->npev++;
+	}
+}
+
+/* Report recorded path events (txlock NOT held: callbacks may publish). */
+void vbi_peer_pev_flush(struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_pev ev[8];
+	unsigned n;
+
+	pthread_mutex_lock(&p->txlock);
+	n = p->npev;
+	memcpy(ev, p->pev, n * sizeof(ev[0]));
+	p->npev = 0;
+	pthread_mutex_unlock(&p->txlock);
+	for (unsigned i = 0; i < n; i++) {
+		const char *r = ev[i].reason ? ev[i].reason : "";
+
+		switch (ev[i].type) {
+		case VBI_PATH_EV_FAILOVER:
+			vbi_event(ctx, VB_EV_FAILOVER, p->name, "switched to the standby connection%s%s",
+				  *r ? ": " : "", r);
+			break;
+		case VBI_PATH_EV_RECOVERED: {
+			uint64_t o = ev[i].outage_ns, max;
+
+			atomic_store(&ctx->st.recover_last_ns, o);
+			max = atomic_load(&ctx->st.recover_max_ns);
+			while (o > max && !atomic_compare_exchange_weak(&ctx->st.recover_max_ns, &max, o))
+				;
+			vbi_event(ctx, VB_EV_RECOVERED, p->name, "path recovered after %.3f ms",
+				  (double)o / 1e6);
+			break;
+		}
+		case VBI_PATH_EV_DOWN:
+			vbi_event(ctx, VB_EV_PATH_DOWN, p->name, "%s", r);
+			break;
+		case VBI_PATH_EV_DEGRADE:
+			vbi_event(ctx, VB_EV_DEGRADED, p->name, "degraded from %s to %s%s%s",
+				  vbi_path_mode_name(ev[i].from), vbi_path_mode_name(ev[i].to),
+				  *r ? ": " : "", r);
+			break;
+		case VBI_PATH_EV_PROMOTE:
+			vbi_event(ctx, VB_EV_PROMOTED, p->name, "promoted from %s to %s%s%s",
+				  vbi_path_mode_name(ev[i].from), vbi_path_mode_name(ev[i].to),
+				  *r ? ": " : "", r);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+int vbi_peer_init_path(struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_path_cfg cfg;
+
+	vbi_path_cfg_init(&cfg);
+	/* Lanes are RC; the connecting side's path may degrade to UC and UD
+	 * (vbi_peer_allow_degrade: it builds the lanes); the accepting side
+	 * follows the lanes it is given and never degrades on its own. */
+	cfg.best = VB_QPT_RC;
+	cfg.worst = VB_QPT_RC;
+	/* While recovering, publishes queue in the retransmit windows (they are
+	 * the bound); beyond them -EAGAIN. */
+	if (!getenv("VERBUS_RECOVERY_QUEUE"))
+		cfg.recovery_queue = ctx->attr.window;
+	return vbi_path_init(&p->path, &cfg, vbi_mono_ns(), path_event, p);
+}
+
+/* The connecting side: its path may degrade down to UD (before the peer is
+ * shared with other threads). */
+void vbi_peer_allow_degrade(struct vbi_peer *p)
+{
+	pthread_mutex_lock(&p->path.mu);
+	p->path.cfg.worst = VB_QPT_UD;
+	pthread_mutex_unlock(&p->path.mu);
+}
+
+/* ---- switching lanes (txlock held) ------------------------------------------------------- */
+
+void vbi_lane_retire_locked(struct vbi_lane *l)
+{
+	atomic_store(&l->dead, true);
+	vbi_lane_retire(l);
+}
+
+/*
+ * Make @s the active lane: publish it (new epoch), rewind every publisher's
+ * cursor to this peer to what it acknowledged (the retransmission), tell
+ * the peer (LANE frame on @s) unless it told us, end the recovery. Returns
+ * the lane that was active (NULL if none), for the caller to retire.
+ */
+struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	uint64_t now = vbi_mono_ns();
+	struct vbi_lane *old = NULL;
+	uint64_t n;
+
+	if (promote) {
+		void *o = NULL;
+
+		/* A probe lane was numbered when it was built, maybe before the
+		 * degraded lanes that carried data since: it gets a new number
+		 * (the LANE frame carries it), or the other end would take its
+		 * data for stale (data from lanes numbered below the newest is). */
+		__atomic_store_n(&s->id, p->next_lane_id++, __ATOMIC_RELAXED);
+		if (vbi_path_promote(&p->path, (enum vb_qp_type)s->mode, s, now, &o, &s->epoch))
+			return NULL;
+		old = o;
+	} else {
+		old = vbi_path_switch(&p->path, s, now, &s->epoch);
+	}
+	n = vbi_pub_rewind_peer(p);
+	if (s->mode != VB_QPT_RC) {
+		/* degraded lanes have no standby: an RC one left from before is
+		 * stale (its other end was retired with the degradation) */
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (sb && sb != s)
+			vbi_lane_retire_locked(sb);
+	}
+	if (s->mode != p->mode) {
+		/* the mode changed: an event (on both ends) and a counter */
+		bool worse = s->mode > p->mode;
+
+		if (p->npev < sizeof(p->pev) / sizeof(p->pev[0])) {
+			struct vbi_pev *e = &p->pev[p->npev++];
+
+			e->type = worse ? VBI_PATH_EV_DEGRADE : VBI_PATH_EV_PROMOTE;
+			e->from = p->mode;
+			e->to = s->mode;
+			e->outage_ns = 0;
+			e->reason = worse ? "the connection kept failing" : "the better mode works again";
+		}
+		atomic_fetch_add(worse ? &ctx->st.degrades : &ctx->st.promotions, 1);
+		vbi_warn("peer '%s': %s from %s to %s", p->name, worse ? "degraded" : "promoted",
+			 vbi_path_mode_name((enum vb_qp_type)p->mode),
+			 vbi_path_mode_name((enum vb_qp_type)s->mode));
+		__atomic_store_n(&p->mode, s->mode, __ATOMIC_RELAXED);
+	}
+	if (p->probe == s)
+		p->probe = NULL;
+
+	atomic_fetch_add(&ctx->st.retransmits, n);
+	/* What we received from it is acknowledged again at once (our ACKs
+	 * in flight on the old lane are lost), so its retransmission skips
+	 * it: the progress thread, which owns the receive streams, does it
+	 * on its next pass (after the LANE frame, on the same lane). */
+	atomic_store(&p->ack_all, true);
+	vbi_ctx_kick(ctx);
+	if (tell) {
+		uint8_t buf[VBI_WIRE_HDR_LEN];
+		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
+
+		vbi_wire_put(buf, &h);
+		if (vbi_lane_send_ctrl(s, buf, sizeof(buf)))
+			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
+				 vbi_errmsg());
+	}
+	vbi_path_resume(&p->path, now);
+	p->recover_since_ns = 0;
+	/* the peer's DATA now comes on @s: older lanes are stale for it */
+	vbi_info("peer '%s': lane %u (%s QP %u on %s) active, epoch %u, %llu messages to "
+		 "retransmit", p->name, s->id, vbi_path_mode_name((enum vb_qp_type)s->mode),
+		 s->qp->qpn, s->dr->dev->caps.name, s->epoch, (unsigned long long)n);
+	return old != s ? old : NULL;
+}
+
+struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell)
+{
+	return vbi_peer_activate(p, s, tell, false);
+}
+
+/* The failure of lane @l (disruptive action @act): txlock held. Returns
+ * true when the peer must be given up (no lane can be had). */
+static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_action act)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_lane *active = vbi_path_lane(&p->path);
+	struct vbi_path_decision d;
+	uint64_t now = vbi_mono_ns();
+
+	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s", p->name, l->id,
+		 l->qp->qpn, l->dr->dev->caps.name,
+		 atomic_load(&l->fail_why) ? atomic_load(&l->fail_why) : "?",
+		 vbi_err_action_name(act));
+	if (l != active) {
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (l == p->probe) { /* the RC probe failed: the better mode is not back */
+			p->probe = NULL;
+			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
+		}
+		if (sb && sb != l) /* not the one that failed: keep it */
+			vbi_path_set_standby(&p->path, sb);
+		vbi_lane_retire_locked(l);
+		return false;
+	}
+	d = vbi_path_fail(&p->path, l->epoch, now, 0);
+	/* the dead-peer rule (maint_peer): watch from the first failure since
+	 * the peer was last heard from */
+	if (!p->fail_watch || p->last_rx_ms != p->rx_ms_at_fail) {
+		p->fail_watch = true;
+		p->rx_ms_at_fail = p->last_rx_ms;
+	}
+	switch (d.action) {
+	case VBI_PATH_SWITCH_TO_STANDBY: {
+		struct vbi_lane *s = d.lane, *old;
+
+		if (atomic_load(&s->dead)) { /* failed too (same port): no switch */
+			vbi_lane_retire_locked(s);
+			goto rebuild;
+		}
+		atomic_fetch_add(&ctx->st.failovers, 1);
+		old = vbi_peer_switch_to(p, s, true);
+		if (old)
+			vbi_lane_retire_locked(old);
+		return false;
+	}
+	case VBI_PATH_REBUILD:
+	case VBI_PATH_DEGRADE:
+		if (d.lane)
+			vbi_lane_retire_locked(d.lane);
+rebuild: {
+		struct vbi_lane *old = vbi_path_switch(&p->path, NULL, now, NULL);
+
+		if (old)
+			vbi_lane_retire_locked(old);
+		vbi_lane_retire_locked(l);
+		if (!p->recover_since_ns)
+			p->recover_since_ns = now;
+		atomic_fetch_add(&ctx->st.rebuilds, 1);
+		return false;
+	}
+	case VBI_PATH_DOWN:
+		return true;
+	case VBI_PATH_STALE:
+	case VBI_PATH_IN_PROGRESS:
+		vbi_lane_retire_locked(l);
+		return false;
+	}
+	return false;
+}
+
+/* Progress thread: act on every lane marked failed (completions, events,
+ * port/device failures). */
+void vbi_peer_handle_failures(struct vb_ctx *ctx)
+{
+	bool any = false;
+
+	if (!atomic_exchange(&ctx->fail_pending, false))
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+			bool down = false, acted = false;
+
+			pthread_mutex_lock(&p->txlock);
+			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
+				int act;
+
+				if (atomic_load(&l->dr->failed))
+					vbi_lane_report(l, (struct vbi_err_verdict){ VBI_ACT_FAILOVER,
+						VBI_SCOPE_PORT, "port or device failed" },
+						atomic_load(&l->dr->fatal) ? "device fatal" : "port down");
+				act = atomic_exchange(&l->fail_act, 0);
+				if (!act || atomic_load(&l->dead))
+					continue;
+				acted = true;
+				if (!p->dead && !p->closing)
+					down |= lane_failed_locked(p, l, (enum vbi_err_action)act);
+				else
+					vbi_lane_retire_locked(l);
+			}
+			pthread_mutex_unlock(&p->txlock);
+			if (acted) {
+				any = true;
+				vbi_peer_pev_flush(p);
+			}
+			if (down)
+				vbi_peer_failed(p, "no connection can be had");
+		}
+		pthread_rwlock_unlock(&n->lock);
+		if (any)
+			vbi_maint_kick(n);
+	}
+	for (unsigned i = 0; i < ctx->ndev; i++)
+		atomic_store(&ctx->dr[i].failed, false);
+	/* reports made meanwhile set fail_pending again */
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* The peer sent a LANE frame on @l: it transmits there now; follow. Progress
+ * context, node->lock held for reading. */
+void vbi_lane_on_switch(struct vbi_lane *l)
+{
+	struct vbi_peer *p = l->peer;
+	struct vbi_lane *old = NULL;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->txlock);
+	if (atomic_load(&l->dead) || p->dead)
+		vbi_warn("peer '%s': LANE on lane %u ignored: %s", p->name, l->id,
+			 p->dead ? "peer given up" : "that lane is being retired here");
+	if (!atomic_load(&l->dead) && vbi_path_lane(&p->path) != l && !p->dead) {
+		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
+
+		if (sb && sb != l)
+			vbi_path_set_standby(&p->path, sb);
+		old = vbi_peer_switch_to(p, l, false);
+		atomic_fetch_add(&p->node->ctx->st.failovers, 1);
+		if (old)
+			vbi_lane_retire_locked(old);
+	}
+	pthread_mutex_unlock(&p->txlock);
+	vbi_peer_pev_flush(p);
+	vbi_maint_kick(p->node);
+}

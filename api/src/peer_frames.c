@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control protocol with a peer, after the HELLO (lane_hello.c): our SUB
+ * frames, the dispatch of every frame received on a lane (SUB/UNSUB, DATA,
+ * ACK with its credits, NAK, LANE, UDADDR, END, BYE and a refusal), and the
+ * ACK/NAK frames we owe.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/src/vb_int.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* SUB frames for every local subscriber, in as few SENDs as fit. node->lock held. */
+int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
+{
+	uint8_t *buf = malloc(p->node->ctx->attr.slot_size);
+	size_t cap = p->node->ctx->attr.slot_size, off = 0;
+	int rc = 0;
+
+	if (p->remote_slot_size && p->remote_slot_size < cap)
+		cap = p->remote_slot_size;
+	if (!buf)
+		return -ENOMEM;
+	for (struct vb_sub *s = only ? only : p->node->subs; s; s = only ? NULL : s->next) {
+		size_t nl = strlen(s->topic);
+		/* epoch: the multicast group s's context joined (0: none) */
+		struct vbi_wire_hdr h = { .type = VBI_WT_SUB, .topic = s->topic_id,
+					  .epoch = s->mcast_group, .len = (uint32_t)(1 + nl) };
+
+		if (off + vbi_wire_frame_size(h.len) > cap) {
+			pthread_mutex_lock(&p->txlock);
+			rc = vbi_peer_send_ctrl(p, buf, (uint32_t)off);
+			pthread_mutex_unlock(&p->txlock);
+			off = 0;
+			if (rc)
+				break;
+		}
+		off += vbi_wire_sub_encode(buf + off, h.topic, h.epoch, (uint8_t)s->cls, s->topic,
+					   nl);
+	}
+	if (!rc && off) {
+		pthread_mutex_lock(&p->txlock);
+		rc = vbi_peer_send_ctrl(p, buf, (uint32_t)off);
+		pthread_mutex_unlock(&p->txlock);
+	}
+	free(buf);
+	return rc;
+}
+
+/* ---- receive dispatch (progress context, node->lock held for reading) ------------- */
+
+static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl,
+		   bool unsub)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_wire_sub d;
+	const char *name;
+	struct vbi_rsub *r, **pp;
+	int rc;
+
+	if (unsub) {
+		for (pp = &p->rsubs; (r = *pp); pp = &r->next)
+			if (r->topic == h->topic) {
+				*pp = r->next;
+				free(r);
+				break;
+			}
+		for (struct vb_pub *pub = p->node->pubs; pub; pub = pub->next)
+			if (pub->topic_id == h->topic)
+				vbi_pub_drop_peer(pub, p);
+		return;
+	}
+	rc = vbi_wire_sub_decode(h, pl, &d);
+	if (rc == VBI_WSUB_MALFORMED) {
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "malformed SUB dropped");
+		return;
+	}
+	if (rc != VBI_WSUB_OK) {
+		atomic_fetch_add(&ctx->st.malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "SUB topic id does not match its name");
+		return;
+	}
+	name = d.name;
+	for (r = p->rsubs; r; r = r->next)
+		if (r->topic == h->topic)
+			return;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	r->topic = h->topic;
+	r->cls = d.cls;
+	r->mcast_group = d.mcast_group;
+	r->next = p->rsubs;
+	p->rsubs = r;
+	for (struct vb_pub *pub = p->node->pubs; pub; pub = pub->next) {
+		if (pub->topic_id != h->topic)
+			continue;
+		if (strcmp(pub->topic, name)) {
+			vbi_warn("topic id collision: '%s' and '%s'", pub->topic, name);
+			continue;
+		}
+		if ((uint8_t)pub->cls != r->cls) {
+			vbi_warn("peer '%s' subscribes to '%s' as %s, published as %s", p->name, name,
+				 r->cls ? "FANOUT" : "ORDERED", pub->cls ? "FANOUT" : "ORDERED");
+			continue;
+		}
+		vbi_pub_attach(pub, p);
+	}
+}
+
+/* DATA on lane @l of @p: stale if the peer already moved to a newer lane
+ * (it retransmits there whatever we have not acknowledged); the first DATA
+ * on a newer lane abandons partial reassemblies (fragments restart there). */
+static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l)
+{
+	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
+
+	if (id < p->rx_lane_id) {
+		atomic_fetch_add_explicit(&ctx->st.stale_frames, 1, memory_order_relaxed);
+		return false;
+	}
+	if (id > p->rx_lane_id) {
+		if (p->rx_lane_id)
+			vbi_sub_peer_lane_changed(p->node, p);
+		p->rx_lane_id = id;
+	}
+	/* go-back-N on UC/UD: a hole is a loss to recover, not a fault */
+	p->rx_unreliable = l->mode != VB_QPT_RC;
+	return true;
+}
+
+/* Our connection @p refused by the node we connect to, with its reason (a
+ * refusal is a BYE instead of its HELLO). */
+static void on_refusal(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl)
+{
+	char why[VBI_REFUSE_MAX + 1];
+	uint32_t n = vbi_wire_bye_reason(h, pl, why);
+
+	pthread_mutex_lock(&p->txlock);
+	snprintf(p->refused, sizeof(p->refused), "%s", n ? why : "no reason given");
+	pthread_mutex_unlock(&p->txlock);
+	p->remote_closed = true;
+	vbi_peer_failed(p, "refused by the peer");
+}
+
+/* An ACK from @p on lane @l: the credits it returns, then the publishers. */
+static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
+		   const struct vbi_wire_hdr *h)
+{
+	atomic_fetch_add(&ctx->st.acks_received, 1);
+	if (h->frag_off) { /* credits of the lane it came on */
+		bool bad;
+
+		pthread_mutex_lock(&p->txlock);
+		/* unreliable lanes: after a credit resync (lost
+		 * datagrams assumed) late returns only refill */
+		bad = vbi_wire_credit_return(&l->returned_total, l->sends_total,
+					     h->frag_off, l->mode == VB_QPT_RC) < 0;
+		pthread_mutex_unlock(&p->txlock);
+		if (!bad)
+			atomic_store_explicit(&p->credit_rx_ns, vbi_now_ns(),
+					      memory_order_relaxed);
+		if (bad) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, p->name,
+				  "ACK returns %u credits that were never used", h->frag_off);
+		}
+	}
+	vbi_pub_on_ack(p->node, p, h);
+}
+
+/* Parse every frame of a received buffer; a bad header drops the rest of
+ * the buffer (frame boundaries after it cannot be trusted). */
+void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len)
+{
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	int r;
+
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
+		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
+
+		if (r < 0) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			if (r == -VBI_WE_VERSION) /* a peer of another release */
+				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
+					  "frame dropped: the peer speaks wire version %u, this "
+					  "node %u", buf[w.off + 2], VBI_WIRE_VERSION);
+			else
+				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
+					  "frame at offset %u of %u dropped: %s", w.off, len,
+					  vbi_wire_err_name((enum vbi_wire_err)-r));
+			return;
+		}
+		if (h.type == VBI_WT_HELLO || h.type == VBI_WT_AUTH) {
+			if (h.type == VBI_WT_HELLO)
+				vbi_lane_on_hello(l, &h, pl);
+			else
+				vbi_hello_auth_on_frame(l, &h, pl);
+			if (vbi_hello_auth_refusal(l))
+				return; /* refused: nothing after it is looked at */
+			continue;
+		}
+		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
+		    !atomic_load(&l->hello_rcvd)) {
+			on_refusal(p, &h, pl);
+			return;
+		}
+		if (!p || !atomic_load(&l->hello_rcvd)) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h.type);
+			return;
+		}
+		switch (h.type) {
+		case VBI_WT_DATA: {
+			struct vb_sub *s = vbi_sub_find(p->node, h.topic);
+
+			if (s && s->cls == VB_ORDERED && data_lane_ok(ctx, p, l))
+				vbi_sub_data(s, p, &h, pl);
+			break;
+		}
+		case VBI_WT_ACK:
+			on_ack(ctx, p, l, &h);
+			break;
+		case VBI_WT_SUB:
+		case VBI_WT_UNSUB:
+			on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
+			break;
+		case VBI_WT_LANE:
+			/* lane number and epoch rules (auth.c); a promoted probe
+			 * lane is renumbered there */
+			if (vbi_rule_lane_frame(p, l, &h) && data_lane_ok(ctx, p, l))
+				vbi_lane_on_switch(l);
+			break;
+		case VBI_WT_NAK:
+			atomic_fetch_add(&ctx->st.naks_received, 1);
+			vbi_pub_on_nak(p->node, p, &h);
+			break;
+		case VBI_WT_UDADDR:
+			vbi_peer_on_udaddr(p, &h, pl);
+			break;
+		case VBI_WT_END: /* a publisher cut our stream (slow subscriber) */
+			vbi_sub_on_end(p, &h);
+			break;
+		case VBI_WT_BYE:
+			p->remote_closed = true;
+			vbi_peer_failed(p, "closed by the peer");
+			return;
+		default: /* HEARTBEAT: nothing to do */
+			break;
+		}
+	}
+}
+
+/*
+ * Acknowledgements owed to @p, as ACK frames into @buf (at most @cap bytes),
+ * to go on lane @l: one cumulative ACK per stream with news, @l's credits
+ * to return in the first. Nothing changes until vbi_peer_acks_sent() (the
+ * SEND may fail). txlock held. Returns the bytes written (0 when nothing is
+ * owed) and in *@upto the first dirty stream not included.
+ */
+uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+			     struct vbi_rxs **upto)
+{
+	struct vbi_rxs *r = p->dirty;
+	uint32_t off = 0;
+
+	*upto = r;
+	if (!r && !l->to_return)
+		return 0;
+	do {
+		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+		bool nak = r && r->nak_pending;
+
+		if (off + VBI_WIRE_HDR_LEN * (nak ? 2u : 1u) > cap)
+			break;
+		if (r) {
+			h.session = r->session;
+			h.topic = r->topic;
+			h.seq = r->ack_next - 1;
+		}
+		if (!off)
+			h.frag_off = l->to_return;
+		vbi_wire_put(buf + off, &h);
+		off += VBI_WIRE_HDR_LEN;
+		if (nak) { /* go-back-N: resend from the first missing message */
+			struct vbi_wire_hdr n = { .type = VBI_WT_NAK, .session = r->session,
+						  .topic = r->topic, .seq = r->ack_next };
+
+			vbi_wire_put(buf + off, &n);
+			off += VBI_WIRE_HDR_LEN;
+		}
+		if (r)
+			r = r->next_dirty;
+	} while (r);
+	*upto = r;
+	return off;
+}
+
+/* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
+void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
+{
+	l->to_return = 0;
+	p->delivered_since_ack = 0;
+	while (p->dirty && p->dirty != upto) {
+		struct vbi_rxs *d = p->dirty;
+
+		p->dirty = d->next_dirty;
+		d->in_dirty = false;
+		d->ack_urgent = false;
+		if (d->nak_pending) {
+			d->nak_pending = false;
+			atomic_fetch_add_explicit(&p->node->ctx->st.naks_sent, 1,
+						  memory_order_relaxed);
+		}
+		d->acked_sent = d->ack_next - 1;
+	}
+	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
+}

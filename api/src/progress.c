@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The progress engine: CQ polling and demultiplexing, the per-peer round,
+ * the second half of a device's hot removal, and the idle strategy of the
+ * progress thread.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/src/progress.h"
+#include "api/src/ud.h"
+#include "api/src/vb_int.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- progress --------------------------------------------------------------------------- */
+
+#define AFTER_POLL_NS 200000ull /* per-peer round of an idle progress context */
+
+void vbi_ctx_kick(struct vb_ctx *ctx)
+{
+	atomic_store(&ctx->kick, true);
+}
+
+static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next)
+			vbi_peer_after_poll(p, idle);
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* A failed completion on lane @l: classify, count, and report a disruptive
+ * verdict (flushes of a lane we are retiring are only reclaimed). */
+static void lane_wc_error(struct vb_ctx *ctx, struct vbi_lane *l, const struct vbt_wc *wc,
+			  struct vbi_sctx *s)
+{
+	bool draining = atomic_load(&l->draining) || atomic_load(&l->dead);
+	struct vbi_err_verdict v = vbi_errpol_wc(&ctx->errpol, wc->status,
+						 draining ? VBI_ERRPOL_DRAINING : 0);
+
+	if (v.action == VBI_ACT_REREGISTER_AND_RESET && s) {
+		/* Re-validate the failing WR's buffers against the pool: a
+		 * stale lkey would fail again on the next lane. */
+		uint32_t lkey;
+
+		if (s->buf.addr && vbi_mempool_lkey(l->dr->pool, s->buf.addr, 1, &lkey, NULL) == 0 &&
+		    lkey != s->buf.lkey) {
+			vbi_warn("lane %u: send buffer lkey %#x is stale (pool: %#x): fixed", l->id,
+				 s->buf.lkey, lkey);
+			s->buf.lkey = lkey;
+		}
+	}
+	if (vbi_err_action_disrupts(v.action))
+		vbi_lane_report(l, v, vbt_wc_status_str(wc->status));
+}
+
+static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
+{
+	struct vbt_wc wc[32];
+	int n = vbt_cq_poll(cq, wc, 32);
+
+	if (n < 0) {
+		vbi_error("completion queue poll failed: %s", vbi_errmsg());
+		return n;
+	}
+	if (n)
+		(void)atomic_load_explicit(&ctx->init_gen, memory_order_acquire);
+	for (int i = 0; i < n; i++) {
+		uint8_t kind = *(uint8_t *)(uintptr_t)wc[i].wr_id;
+		bool ok = wc[i].status == VBT_WC_SUCCESS;
+
+		switch (kind) {
+		/* A lane being drained is freed as soon as its last WR is
+		 * accounted for: the decrement / release is the last touch. */
+		case VBI_WR_RC_RECV: {
+			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
+			struct vbi_lane *l = s->lane;
+
+			if (ok)
+				vbi_lane_rc_recv(l, s, wc[i].byte_len);
+			else
+				lane_wc_error(ctx, l, &wc[i], NULL);
+			atomic_fetch_sub(&l->posted_recvs, 1);
+			break;
+		}
+		case VBI_WR_RC_SEND: {
+			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
+			struct vbi_lane *l = s->lane;
+
+			if (!ok)
+				lane_wc_error(ctx, l, &wc[i], s);
+			pthread_mutex_lock(l->lk);
+			vbi_sring_release_upto(ctx, &l->sr, s);
+			pthread_mutex_unlock(l->lk);
+			break;
+		}
+		case VBI_WR_UD_RECV: {
+			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
+
+			ctx->ud_posted--;
+			if (ok)
+				vbi_ud_recv(ctx, s, wc[i].byte_len);
+			else if (!atomic_load(&ctx->stop))
+				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
+			break;
+		}
+		case VBI_WR_MC_RECV:
+			vbi_mcast_recv(ctx, (void *)(uintptr_t)wc[i].wr_id, &wc[i]);
+			break;
+		case VBI_WR_UD_SEND: {
+			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
+
+			pthread_mutex_lock(&ctx->ud_lock);
+			vbi_sring_release_upto(ctx, &ctx->ud_sr, s);
+			pthread_mutex_unlock(&ctx->ud_lock);
+			if (!ok && !atomic_load(&ctx->stop))
+				vbi_warn("UD send completion: %s", vbt_wc_status_str(wc[i].status));
+			break;
+		}
+		default:
+			vbi_error("completion with unknown wr_id kind %u", kind);
+			break;
+		}
+	}
+	return n;
+}
+
+/*
+ * Hot removal, second half (the first: vbi_dev_event marks the device
+ * fatal + removed, and its lanes fail over off it). Progress context, the
+ * owner of the CQs. Closes the UD endpoint (FANOUT) and the peers' FANOUT
+ * address handles when the device is the primary, then, once no lane and no
+ * listener is left on it, everything else: the pool's registrations (its
+ * memory stays: messages in retransmit windows live there), CQ, PD and the
+ * device itself. Nothing is waited for here: it is tried again each round.
+ */
+static void dev_reap(struct vb_ctx *ctx)
+{
+	bool pending = false;
+	uint64_t now = vbi_mono_ns();
+
+	if (now - ctx->reap_ns < 1000000)
+		return; /* a millisecond between tries */
+	ctx->reap_ns = now;
+
+	for (unsigned d = 0; d < ctx->ndev; d++) {
+		struct vbi_devres *dr = &ctx->dr[d];
+		int n;
+
+		if (!atomic_load(&dr->removed) || dr->closed)
+			continue;
+		if (dr == ctx->ud_dr && !dr->ud_closed) {
+			vbi_ud_move(ctx);
+			dr->ud_closed = true;
+		}
+		if (d == 0 && vbi_mcast_uses_dev(ctx)) {
+			if (!dr->mc_warned)
+				vbi_warn("%s removed: multicast memberships (vb_ctx_attr_t.mcast) keep "
+					 "it open until they end or vb_ctx_destroy()", dr->name);
+			dr->mc_warned = true;
+			pending = true;
+			continue;
+		}
+		if (atomic_load(&dr->nlanes) || atomic_load(&dr->nlisteners)) {
+			if (now - dr->wait_log_ns > 1000000000ull) {
+				dr->wait_log_ns = now;
+				vbi_info("%s removed: waiting for %d connection(s) and %d listener(s) "
+					 "on it to close", dr->name, atomic_load(&dr->nlanes),
+					 atomic_load(&dr->nlisteners));
+			}
+			pending = true;
+			continue;
+		}
+		vbi_lanepool_close(dr); /* its parked QPs */
+		n = vbi_mempool_detach(dr->pool);
+		if (n < 0)
+			vbi_warn("%s: %s", dr->name, vbi_errmsg());
+		ctx->ops->cq_destroy(dr->cq);
+		dr->cq = NULL;
+		if (ctx->ops->pd_free(dr->pd))
+			vbi_warn("%s: %s", dr->name, vbi_errmsg());
+		dr->pd = NULL;
+		ctx->ops->dev_close(dr->dev);
+		dr->dev = NULL;
+		dr->closed = true;
+		atomic_fetch_add(&ctx->st.devices_released, 1);
+		vbi_warn("%s released: %d registration(s) dropped, CQ, PD and device closed, "
+			 "%.1f ms after the removal began", dr->name, n < 0 ? 0 : n,
+			 (vbi_mono_ns() - dr->removed_ns) / 1e6);
+	}
+	if (!pending)
+		atomic_store(&ctx->dev_removing, false);
+}
+
+int vbi_progress_once(struct vb_ctx *ctx)
+{
+	int n = 0;
+
+	if (atomic_load_explicit(&ctx->dev_removing, memory_order_relaxed))
+		dev_reap(ctx);
+
+	for (unsigned d = 0; d < ctx->ndev; d++) {
+		int r;
+
+		if (atomic_load_explicit(&ctx->dr[d].fatal, memory_order_relaxed))
+			continue; /* a removed device's CQ completes nothing */
+		r = poll_cq(ctx, ctx->dr[d].cq);
+		if (r < 0)
+			return r;
+		n += r;
+	}
+	vbi_peer_handle_failures(ctx);
+	vbi_cb_flush(ctx); /* events from every thread, no lock held */
+	/* The per-peer round (flush, ACKs, credits, keepalives, control
+	 * frames) after a poll that completed something, when another thread
+	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
+	 * changes no credit, ring or receive state, so all it can find due
+	 * is a timer (ms scale). This keeps an empty poll to the CQ reads. */
+	{
+		uint64_t now = vbi_now_ns();
+
+		if (n > 0 || atomic_exchange(&ctx->kick, false) ||
+		    now - ctx->after_poll_ns >= AFTER_POLL_NS) {
+			ctx->after_poll_ns = now;
+			for_each_peer_after_poll(ctx, n == 0);
+		}
+	}
+	vbi_pub_fanout_flush(ctx, n == 0);
+	vbi_pub_slow_check(ctx);
+	if (n == 0) {
+		uint64_t now = vbi_now_ms();
+
+		if (now - ctx->last_hb_ms >= 20) {
+			ctx->last_hb_ms = now;
+			vbi_pub_heartbeats(ctx, now);
+		}
+	}
+	return n;
+}
+
+int vb_progress(vb_ctx_t *ctx)
+{
+	int n;
+
+	if (!ctx)
+		return vbi_err(-EINVAL, "NULL context");
+	if (ctx->attr.progress != VB_PROGRESS_APP)
+		return vbi_err(-EINVAL, "vb_progress() in VB_PROGRESS_THREAD mode");
+	if (pthread_mutex_trylock(&ctx->progress_lock))
+		return 0;
+	n = vbi_progress_once(ctx);
+	pthread_mutex_unlock(&ctx->progress_lock);
+	/* A spinning caller gives the CPU away now and then: where cores are
+	 * shared (a VM, Soft-RoCE's kernel work in softirq context) a spin that
+	 * never enters the kernel can starve the very work it waits for until
+	 * the next scheduler tick. With a core of its own, sched_yield()
+	 * returns at once. */
+	if (n == 0 && !((atomic_fetch_add_explicit(&ctx->idle_polls, 1, memory_order_relaxed) + 1) & 63))
+		sched_yield();
+	return n;
+}
+
+/* The idle strategy after an empty poll (vb_ctx_attr_t.idle): true when
+ * the thread should block on the completion channel now. @idle counts the
+ * empty polls in a row, @since_ns is when the first of them was. */
+static bool idle_wait(struct vb_ctx *ctx, unsigned idle, uint64_t since_ns)
+{
+	switch (ctx->attr.idle) {
+	case VB_IDLE_SPIN:
+		return false;
+	case VB_IDLE_YIELD:
+		sched_yield();
+		return false;
+	case VB_IDLE_BLOCK:
+		return true;
+	case VB_IDLE_BACKOFF:
+	default:
+		if (idle < ctx->attr.progress_spin ||
+		    vbi_now_ns() - since_ns < (uint64_t)ctx->attr.idle_spin_us * 1000) {
+			if (!(idle & 63))
+				sched_yield(); /* see vb_progress() */
+			return false;
+		}
+		return true;
+	}
+}
+
+static void *progress_main(void *arg)
+{
+	struct vb_ctx *ctx = arg;
+	unsigned idle = 0;
+	uint64_t since = 0;
+
+	while (!atomic_load_explicit(&ctx->stop, memory_order_relaxed)) {
+		int n;
+
+		pthread_mutex_lock(&ctx->progress_lock);
+		n = vbi_progress_once(ctx);
+		pthread_mutex_unlock(&ctx->progress_lock);
+		if (n > 0) {
+			idle = 0;
+			continue;
+		}
+		if (!idle++)
+			since = vbi_now_ns();
+		if (!idle_wait(ctx, idle, since))
+			continue;
+		/* Block: arm every live device's CQ, poll once more (a
+		 * completion may have slipped in before the arm), then sleep
+		 * until one of them completes something (bounded, so stop and
+		 * timed work are noticed). */
+		struct vbt_cq *cqs[2];
+		unsigned ncq = 0;
+
+		for (unsigned d = 0; d < ctx->ndev; d++) {
+			struct vbt_cq *cq = ctx->dr[d].cq;
+
+			if (!atomic_load(&ctx->dr[d].fatal) && cq->ops->cq_arm(cq, 0) == 0)
+				cqs[ncq++] = cq;
+		}
+		if (ncq) {
+			pthread_mutex_lock(&ctx->progress_lock);
+			n = vbi_progress_once(ctx);
+			pthread_mutex_unlock(&ctx->progress_lock);
+			if (n == 0)
+				cqs[0]->ops->cq_wait_any(cqs, ncq, 20);
+		} else {
+			struct timespec ts = { 0, 200000 };
+
+			nanosleep(&ts, NULL);
+		}
+		idle = 0;
+	}
+	return NULL;
+}
+
+/* Reap completions: the progress thread does it, or this thread in APP mode. */
+void vbi_progress_or_nap(struct vb_ctx *ctx)
+{
+	if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
+		vbi_progress_once(ctx);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	} else {
+		struct timespec ts = { 0, 200000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* VB_PROGRESS_THREAD: the context's progress thread (vb_ctx_create). */
+int vbi_progress_start(struct vb_ctx *ctx)
+{
+	int rc = -pthread_create(&ctx->thread, NULL, progress_main, ctx);
+
+	if (!rc)
+		vbi_thread_name(ctx->thread, "vb-progress");
+	if (rc)
+		return vbi_err(rc, "progress thread: %s", strerror(-rc));
+	ctx->thread_running = true;
+	return 0;
+}
+
+/*
+ * After each poll: flush queued data first (ACKs ride along in its batches),
+ * then send a standalone ACK only when one is really due: the publisher
+ * asked (k-of-n), a quarter of the slots wait to be returned, 256 messages
+ * went unacknowledged, or nothing has arrived for 2 ms. A lone credit is
+ * not returned on its own: the ACK carrying it would consume one of the
+ * peer's slots, which it would return the same way (ACK ping-pong). Lanes
+ * other than the active one return their credits on their own. node->lock
+ * held for reading (so subscribers, whose streams sit on the dirty list,
+ * cannot go away meanwhile).
+ */
+/*
+ * Keepalive on the active lane @l: when it has posted nothing for
+ * keepalive_ms, a credits-only ACK frame goes. A peer that died silently
+ * (SIGKILL, power) leaves a receiver with nothing to send; without this its
+ * RC QP would never find out (no send, no completion error). With it, the
+ * keepalive's retries run out (RETRY_EXC_ERR) and the usual recovery runs:
+ * standby, rebuild, given up, and then vb_node_connect_backup()'s
+ * alternative. Each side sends at most one per interval when idle; it
+ * carries the slots to return, so the two ends' keepalives pay for each
+ * other. txlock held.
+ */
+static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
+{
+	unsigned ka = p->node->ctx->attr.keepalive_ms;
+	uint64_t now;
+
+	if (!ka)
+		return;
+	now = vbi_now_ms();
+	if (l->sends_total != l->ka_sends || !l->ka_ms) {
+		l->ka_sends = l->sends_total;
+		l->ka_ms = now;
+		return;
+	}
+	if (now - l->ka_ms < ka)
+		return;
+	struct vbi_wire_hdr h = { .type = VBI_WT_ACK, .frag_off = l->to_return };
+
+	vbi_wire_put(buf, &h);
+	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN) == 0) {
+		l->to_return = 0;
+		atomic_fetch_add_explicit(&p->node->ctx->st.keepalives, 1, memory_order_relaxed);
+	}
+	l->ka_sends = l->sends_total;
+	l->ka_ms = now;
+}
+
+void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
+	struct vbi_rxs *upto;
+	struct vbi_lane *l;
+	bool urgent = false, due, held;
+	uint32_t len;
+
+	if (p->dead || p->closing || !p->up)
+		return;
+	{
+		/* an accepted UD lane's HELLO answer deferred until its
+		 * accept() returned (vbi_lane_send_hello) */
+		struct vbi_lane *hl = NULL;
+
+		vbi_rcu_enter(); /* lanes are freed after a grace period */
+		pthread_mutex_lock(&p->txlock);
+		for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next)
+			if (atomic_load(&o->hello_deferred) && atomic_load(&o->conn_ready) &&
+			    !atomic_load(&o->dead))
+				hl = o;
+		pthread_mutex_unlock(&p->txlock);
+		if (hl)
+			vbi_lane_send_hello(hl);
+		vbi_rcu_leave();
+	}
+	if (p->subs_pending)
+		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
+	/* Data corked behind a SEND in flight goes once that SEND completed
+	 * (vb_pub_commit); anything else queued (waiting for credits or ring
+	 * space) goes as soon as they allow. */
+	{
+		struct vbi_lane *al;
+
+		vbi_rcu_enter();
+		al = atomic_load(&p->corked) ? vbi_path_lane(&p->path) : NULL;
+		held = al && atomic_load(&al->sr.sig_inflight);
+		vbi_rcu_leave();
+	}
+	if (!held)
+		vbi_peer_flush(p);
+	pthread_mutex_lock(&p->txlock);
+	l = vbi_peer_lane(p);
+	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
+	    atomic_exchange(&p->ack_all, false))
+		vbi_sub_peer_ack_all(p->node, p); /* urgent: goes below */
+	/* our FANOUT endpoint moved: tell the peer, on a lane that stays */
+	if (atomic_load_explicit(&p->ud_announce, memory_order_relaxed) && l &&
+	    atomic_load(&l->hello_rcvd) && !atomic_load(&l->dr->fatal) &&
+	    l->max_send >= VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN &&
+	    vbi_lane_send_ctrl(l, buf, vbi_udaddr_frame(p->node->ctx, buf)) == 0)
+		atomic_store(&p->ud_announce, false);
+	if (l && atomic_load(&l->hello_rcvd)) {
+		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
+
+		if (l->mode != VB_QPT_RC)
+			vbi_lane_check_timers(p, l, vbi_now_ns());
+		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
+			urgent |= r->ack_urgent;
+		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
+		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
+		if (due && (len = vbi_peer_build_acks(p, l, buf, cap, &upto)) &&
+		    vbi_lane_send_ctrl(l, buf, len) == 0)
+			vbi_peer_acks_sent(p, l, upto);
+		keepalive(p, l, buf);
+	}
+	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
+		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+
+		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) ||
+		    o->to_return < 2 || (o->to_return < o->nslots / 4 && !idle))
+			continue;
+		h.frag_off = o->to_return;
+		vbi_wire_put(buf, &h);
+		if (vbi_lane_send_ctrl(o, buf, VBI_WIRE_HDR_LEN) == 0)
+			o->to_return = 0;
+	}
+	pthread_mutex_unlock(&p->txlock);
+}

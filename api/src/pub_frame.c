@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ORDERED publishers: framing what waits in the windows to a peer's active
+ * lane, as its credits and send queue allow (small messages batched into
+ * one SEND, large ones fragmented: registered header plus a zero-copy
+ * slice of the message).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "api/src/vb_int.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+/* ---- ORDERED: framing queued messages to a peer --------------------------------------- */
+
+/* Does @pp have messages to frame? txlock held; takes the pub's lock (the
+ * window moves under it). */
+static bool pp_pending(struct vbi_pubpeer *pp)
+{
+	bool r;
+
+	if (pp->dead)
+		return false;
+	pthread_mutex_lock(&pp->pub->lock);
+	r = pp->sent < pp->pub->win.next_seq - 1;
+	pthread_mutex_unlock(&pp->pub->lock);
+	return r;
+}
+
+static struct vbi_pubpeer *next_pending(struct vbi_peer *p)
+{
+	struct vbi_pubpeer *start = p->rr ? p->rr->next_in_peer : NULL;
+
+	if (!start)
+		start = p->pubs;
+	for (struct vbi_pubpeer *pp = start; pp; pp = pp->next_in_peer)
+		if (pp_pending(pp))
+			return p->rr = pp;
+	for (struct vbi_pubpeer *pp = p->pubs; pp && pp != start; pp = pp->next_in_peer)
+		if (pp_pending(pp))
+			return p->rr = pp;
+	return NULL;
+}
+
+
+/* The next fragment of @m (a message that does not fit one SEND, or one
+ * already begun) in ring entry @s: registered header + zero-copy slice of
+ * the message (copied into the entry's buffer when the message's memory is
+ * registered on another device than the lane's). pub->lock held; dropped.
+ * Returns 1, or negative on a post error. */
+static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi_sctx *s,
+			  struct vbi_msg *m, uint32_t cap)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	struct vb_pub *pub = pp->pub;
+	uint32_t fmax = cap - VBI_WIRE_HDR_LEN;
+	uint32_t flen = m->len - pp->frag_sent < fmax ? m->len - pp->frag_sent : fmax;
+	struct vbi_wire_hdr h = {
+		.type = VBI_WT_DATA, .session = pub->session, .topic = pub->topic_id,
+		.epoch = l->epoch, .seq = m->seq, .len = flen, .frag_off = pp->frag_sent,
+		.msg_len = m->len, .flags = (uint16_t)(m->flags & ~(VBI_WF_FIRST | VBI_WF_LAST)),
+	};
+	struct vbt_sge sge[2] = {
+		{ (uintptr_t)s->hdr, VBI_WIRE_HDR_LEN, s->hdr_lkey },
+		{ (uintptr_t)m->buf.addr + VBI_WIRE_HDR_LEN + pp->frag_sent, flen, m->buf.lkey },
+	};
+	struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = sge, .num_sge = 2,
+				  .opcode = VBT_WR_SEND };
+	int rc;
+
+	if (!pp->frag_sent)
+		h.flags |= VBI_WF_FIRST;
+	if (pp->frag_sent + flen == m->len)
+		h.flags |= VBI_WF_LAST;
+	if (m->dr != l->dr) {
+		vbi_wire_put(s->buf.addr, &h);
+		memcpy((uint8_t *)s->buf.addr + VBI_WIRE_HDR_LEN,
+		       (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN + pp->frag_sent, flen);
+		sge[0] = (struct vbt_sge){ (uintptr_t)s->buf.addr, VBI_WIRE_HDR_LEN + flen,
+					   s->buf.lkey };
+		wr.num_sge = 1;
+	} else {
+		vbi_wire_put(s->hdr, &h);
+		atomic_fetch_add(&m->refs, 1);
+		s->msg = m;
+	}
+	pthread_mutex_unlock(&pub->lock);
+	if (++l->sr.since_signal >= l->sr.n / 4 || (h.flags & VBI_WF_LAST) ||
+	    l->sr.outstanding >= l->sr.n - 1) {
+		wr.flags = VBT_SEND_SIGNALED;
+		l->sr.since_signal = 0;
+	}
+	rc = vbi_lane_post_wr(l, &wr);
+	if (rc) {
+		if (s->msg) {
+			s->msg = NULL;
+			vbi_msg_put(ctx, m);
+		}
+		vbi_sring_untake(&l->sr);
+		return rc;
+	}
+	l->sends_total++;
+	atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
+	pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
+	pp->frag_sent += flen;
+	if (pp->frag_sent == m->len) {
+		pp->frag_sent = 0;
+		pp->sent++;
+		if (pp->sent > pp->high)
+			pp->high = pp->sent;
+	}
+	pthread_mutex_unlock(&pub->lock);
+	return 1;
+}
+
+/* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked),
+ * then one BATCH frame with this publisher's next whole messages from @m on
+ * (consecutive seqs, the same flags) while they fit, one header for all and
+ * 4 bytes each. pub->lock held; dropped. Returns 1, 0 if nothing fitted,
+ * or negative on a post error. */
+static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer *pp,
+		       struct vbi_sctx *s, struct vbi_msg *m, uint32_t cap)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vb_pub *pub = pp->pub;
+	uint32_t room = cap - (uint32_t)(VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len));
+	struct vbi_wire_hdr bh = { .type = VBI_WT_BATCH, .flags = m->flags,
+				   .session = pub->session, .topic = pub->topic_id,
+				   .epoch = l->epoch, .seq = m->seq };
+	struct vbi_rxs *acks_upto = NULL;
+	uint8_t *buf = s->buf.addr;
+	uint32_t off, acks, bh_off, frames = 0;
+	int rc;
+
+	off = acks = vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ?
+					 room : 8 * VBI_WIRE_HDR_LEN, &acks_upto);
+	bh_off = off;
+	off += VBI_WIRE_HDR_LEN;
+	while (off + vbi_wire_rec_size(m->len) <= cap && m->flags == bh.flags) {
+		const struct vbi_txent *e;
+
+		off += (uint32_t)vbi_wire_rec_put(buf + off, (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN,
+						  m->len);
+		frames++;
+		pp->sent++;
+		if (!(e = vbi_txwin_get(&pub->win, pp->sent + 1)))
+			break;
+		m = e->ctx;
+	}
+	if (frames) {
+		bh.len = off - bh_off - VBI_WIRE_HDR_LEN;
+		bh.msg_len = frames;
+		vbi_wire_put(buf + bh_off, &bh);
+	} else {
+		off = bh_off;
+	}
+	if (pp->sent > pp->high)
+		pp->high = pp->sent;
+	pthread_mutex_unlock(&pub->lock);
+	if (!off) { /* nothing fitted (cannot happen: the caller's cap holds one) */
+		vbi_sring_untake(&l->sr);
+		return 0;
+	}
+	rc = vbi_lane_post(l, s, off, false);
+	if (rc) {
+		pthread_mutex_lock(&pub->lock);
+		pp->sent -= frames;
+		pthread_mutex_unlock(&pub->lock);
+		vbi_sring_untake(&l->sr);
+		return rc;
+	}
+	if (acks)
+		vbi_peer_acks_sent(p, l, acks_upto);
+	atomic_fetch_add_explicit(&ctx->st.frames_sent, frames, memory_order_relaxed);
+	if (frames > 1)
+		atomic_fetch_add_explicit(&ctx->st.batched_frames, frames, memory_order_relaxed);
+	return 1;
+}
+
+/* One SEND on lane @l for @pp: a batch of whole small messages, or the next
+ * fragment of a large one. txlock held; takes pub->lock briefly. Returns 1
+ * if it posted, 0 if nothing to do, negative on a post error. */
+static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer *pp, uint32_t cap)
+{
+	struct vb_pub *pub = pp->pub;
+	struct vbi_sctx *s = vbi_sring_take(&l->sr);
+	const struct vbi_txent *e;
+	struct vbi_msg *m;
+
+	pthread_mutex_lock(&pub->lock);
+	if (pp->high <= pp->acked)
+		pp->progress_ns = vbi_now_ns(); /* nothing outstanding: the RTO starts now */
+	if (pp->sent < pp->acked) {
+		/* rewound by a failover, then acknowledged past that point by
+		 * ACKs still in flight: what it acknowledged is gone from the
+		 * window; resume after it */
+		pp->sent = pp->acked;
+		pp->frag_sent = 0;
+	}
+	e = vbi_txwin_get(&pub->win, pp->sent + 1);
+	if (!e) {
+		/* nothing to send, or released without this peer's ack (dead) */
+		pthread_mutex_unlock(&pub->lock);
+		vbi_sring_untake(&l->sr);
+		return 0;
+	}
+	m = e->ctx;
+	if (pp->frag_sent || VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) > cap)
+		return frame_fragment(l, pp, s, m, cap);
+	return frame_batch(p, l, pp, s, m, cap);
+}
+
+/*
+ * Frame as much as credits and the send queue of the peer's active lane
+ * allow. Takes txlock; the lane is read from the path inside an RCU
+ * read-side section (a switch, under the same txlock, cannot run meanwhile;
+ * the grace period covers lock-free readers). A post error is the lane's
+ * failure: the data stays in the window and goes out on the next lane.
+ */
+void vbi_peer_flush(struct vbi_peer *p)
+{
+	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
+	struct vbi_lane *l;
+
+	pthread_mutex_lock(&p->txlock);
+	atomic_store(&p->corked, false);
+	if (p->remote_slot_size && p->remote_slot_size < cap)
+		cap = p->remote_slot_size;
+	vbi_rcu_enter();
+	l = vbi_peer_lane(p);
+	if (l && cap > l->max_send)
+		cap = l->max_send; /* UD: a datagram */
+	if (l && l->mode == VB_QPT_UD && p->remote_slot_size && cap > p->remote_slot_size - VBI_UD_GRH)
+		cap = p->remote_slot_size - VBI_UD_GRH;
+	while (l && !p->dead && !p->closing && p->up && atomic_load(&l->hello_rcvd)) {
+		struct vbi_pubpeer *pp;
+		int rc;
+
+		/* keep one credit for credit-returning control frames */
+		if (vbi_lane_credits(l) < 2 || l->sr.outstanding >= l->sr.n)
+			break;
+		pp = next_pending(p);
+		if (!pp)
+			break;
+		rc = frame_one(p, l, pp, cap);
+		if (rc < 0) {
+			if (rc != -EAGAIN) {
+				struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+							     "post_send failed" };
+
+				vbi_lane_report(l, v, "post_send failed");
+			}
+			break;
+		}
+		if (rc == 0)
+			break;
+	}
+	vbi_rcu_leave();
+	pthread_mutex_unlock(&p->txlock);
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Clocks: CLOCK_MONOTONIC, the data path's TSC-scaled nanoseconds and the
+ * coarse millisecond clock. Pure: no state but the TSC rate measured once.
+ */
+#include "core/clock.h"
+
+#include <pthread.h>
+#include <time.h>
+
+uint64_t vbi_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Nanoseconds for the data path's clocks (publisher stall and RTO clocks,
+ * credit and NAK timers, the slow-subscriber check run every progress
+ * round; every one of them is read and compared in this clock only): the TSC
+ * scaled by a rate measured once, because clock_gettime() can cost a
+ * system call and an emulated HPET read per call in a VM (tens of us under
+ * TCG, called twice per publish). Falls back to CLOCK_MONOTONIC where there
+ * is no usable TSC. Not for timeouts that must be exact.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static double tsc_per_ns;
+static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
+
+static void tsc_calibrate(void)
+{
+	struct timespec nap = { 0, 2000000 };
+	uint64_t n0 = vbi_mono_ns(), t0 = __rdtsc(), n1, t1;
+
+	nanosleep(&nap, NULL);
+	n1 = vbi_mono_ns();
+	t1 = __rdtsc();
+	if (n1 > n0 && t1 > t0)
+		tsc_per_ns = (double)(t1 - t0) / (double)(n1 - n0);
+}
+
+uint64_t vbi_now_ns(void)
+{
+	pthread_once(&tsc_once, tsc_calibrate);
+	if (tsc_per_ns > 0)
+		return (uint64_t)((double)__rdtsc() / tsc_per_ns);
+	return vbi_mono_ns();
+}
+#else
+uint64_t vbi_now_ns(void)
+{
+	return vbi_mono_ns();
+}
+#endif
+
+/* Millisecond timers (heartbeats, idle ACKs) use the coarse clock: it is
+ * read from the vDSO without touching the clock hardware, which matters
+ * where that is slow (HPET in a VM: a system call and an emulated MMIO
+ * read per call). Resolution is a scheduler tick. */
+uint64_t vbi_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
