@@ -80,7 +80,7 @@ void vbi_dev_event(const struct vbt_event *ev, void *arg)
 	else if (ev->type == VBT_EV_DEVICE_FATAL)
 		atomic_store(&dr->fatal, true);
 	else if (ev->type == VBT_EV_DEVICE_REMOVAL && !atomic_load(&dr->removed)) {
-		/* fail over off it, then close it all (vbi_dev_reap) */
+		/* fail over off it, then close it all (dev_reap, progress.c) */
 		dr->removed_ns = vbi_mono_ns();
 		atomic_store(&dr->fatal, true);
 		atomic_store(&dr->removed, true);

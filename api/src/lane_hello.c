@@ -164,7 +164,7 @@ void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint
 	ud.qkey = qkey;
 	memcpy(ud.gid, gid, 16);
 	/* FANOUT publishers read these under ud_lock; the UD endpoint and its
-	 * device's PD are valid while ud_qp is set (vbi_dev_reap changes them
+	 * device's PD are valid while ud_qp is set (dev_reap, progress.c, changes them
 	 * under ud_lock) */
 	pthread_mutex_lock(&ctx->ud_lock);
 	if (ctx->ud_qp) {

@@ -95,7 +95,7 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 }
 
 /* *@mp's block is in the pool of another device than the UD endpoint's (it
- * moved: vbi_dev_reap): copy it over, since datagrams are posted from the
+ * moved: dev_reap, progress.c): copy it over, since datagrams are posted from the
  * message's own buffer; *@mp is the copy then. ud_lock held; nothing was
  * posted from the message yet (its only reference is the caller's). */
 static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)

@@ -214,7 +214,7 @@ void raw_close(struct rawqp *q)
 
 uint32_t topic_id(const char *name)
 {
-	uint32_t h = 2166136261u; /* FNV-1a, as api/src/ctx.c */
+	uint32_t h = 2166136261u; /* FNV-1a, as core/wire_msg.c */
 
 	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
 		h = (h ^ *p) * 16777619u;
