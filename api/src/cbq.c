@@ -202,8 +202,14 @@ static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
 			atomic_fetch_add(&e->sub->delivered, 1);
 			atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
 			e->sub->attr.on_msg(e->sub, &e->msg, e->sub->attr.arg);
-			/* (the stream may have been taken by a newer session) */
-			if (e->r && !atomic_load(&e->sub->dead) && e->r->session == e->msg.publisher)
+			/* The application has it: it is owed an ACK, also when
+			 * another thread began destroying the subscriber while
+			 * on_msg ran (that thread waits for cb_pending, then
+			 * sends the final ACKs: skipping this lost the last
+			 * message's). Not once its streams are freed (destroyed
+			 * from a callback), nor for a stream taken by a newer
+			 * session. */
+			if (e->r && !e->sub->streams_freed && e->r->session == e->msg.publisher)
 				vbi_sub_delivered(e->r, e->msg.seq, e->ack_req);
 		}
 		free(e->owned);

@@ -383,7 +383,10 @@ int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms)
 		dl.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&pub->lock);
-	while (acked_by(pub, seq) < pub->attr.ack_quorum) {
+	/* k connected subscribers have it, or k had it when they acknowledged
+	 * (the k-of-n sequence never goes back: one that delivered it and left
+	 * since still counts) */
+	while (acked_by(pub, seq) < pub->attr.ack_quorum && pub->quorum_seq < seq) {
 		if (ctx->thread_running) {
 			rc = pthread_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
 		} else {

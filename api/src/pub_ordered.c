@@ -42,8 +42,11 @@ uint64_t vbi_pub_release(struct vb_pub *pub)
 			continue;
 		if (pp->acked < min)
 			min = pp->acked;
+		/* Only a subscriber that was there for the first message not yet
+		 * k-of-n acknowledged counts: it delivered everything from there
+		 * up to its ACK. One that joined later did not get that message. */
 		if (n < VBI_MAX_PEERS)
-			acked[n++] = pp->acked > pp->joined ? pp->acked : 0;
+			acked[n++] = pp->joined <= pub->quorum_seq ? pp->acked : 0;
 	}
 	if (min > pub->win.acked) {
 		vbi_txwin_ack(&pub->win, min, vbi_pub_release_msg, pub);

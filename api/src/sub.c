@@ -455,6 +455,53 @@ int vb_sub_stats_size(vb_sub_t *sub, vb_sub_stats_t *st, size_t size)
 	return 0;
 }
 
+/* How long vb_sub_destroy() keeps trying to send the final ACKs while the
+ * connection has no credit or send entry free (as long as a BYE gets). */
+#define FINAL_ACK_MS 200
+
+/*
+ * What was delivered is acknowledged before the streams go: a publisher may
+ * be waiting on the last message (vb_pub_wait_acked), and once the streams
+ * are freed nothing would acknowledge it. Every peer's owed ACKs are sent;
+ * one refused for want of a credit or a send entry (-EAGAIN) is tried again,
+ * progress being driven meanwhile, for up to FINAL_ACK_MS. From a callback
+ * (@in_cb, the progress thread itself) one attempt is all. node->lock not
+ * held.
+ */
+static void final_acks(struct vb_node *node, bool in_cb)
+{
+	uint64_t t0 = vbi_now_ms();
+
+	for (;;) {
+		bool again = false;
+
+		pthread_rwlock_rdlock(&node->lock);
+		for (struct vbi_peer *p = node->peers; p; p = p->next) {
+			uint8_t buf[VBI_WIRE_HDR_LEN * 64];
+			struct vbi_rxs *upto;
+			struct vbi_lane *l;
+			uint32_t len;
+			int rc;
+
+			pthread_mutex_lock(&p->txlock);
+			l = vbi_peer_lane(p);
+			if (l && p->up && !p->dead &&
+			    (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto))) {
+				rc = vbi_peer_send_ctrl(p, buf, len);
+				if (rc == 0)
+					vbi_peer_acks_sent(p, l, upto);
+				/* more than one SEND's worth, or refused for now */
+				again |= rc == 0 ? upto != NULL : rc == -EAGAIN;
+			}
+			pthread_mutex_unlock(&p->txlock);
+		}
+		pthread_rwlock_unlock(&node->lock);
+		if (!again || in_cb || vbi_now_ms() - t0 > FINAL_ACK_MS)
+			return;
+		vbi_progress_or_nap(node->ctx);
+	}
+}
+
 int vb_sub_destroy(vb_sub_t *sub)
 {
 	struct vb_node *node;
@@ -474,23 +521,10 @@ int vb_sub_destroy(vb_sub_t *sub)
 	in_cb = vbi_in_callback(node->ctx);
 	if (!in_cb) /* no callback of it runs after we return */
 		vbi_cb_wait_idle(&sub->cb_pending);
+	final_acks(node, in_cb);
 	pthread_rwlock_wrlock(&node->lock);
-	/* What was delivered is acknowledged before the streams go (a
-	 * publisher may be waiting on the last message). */
-	for (struct vbi_peer *p = node->peers; p; p = p->next) {
-		uint8_t buf[VBI_WIRE_HDR_LEN * 64];
-		struct vbi_rxs *upto;
-		struct vbi_lane *l;
-		uint32_t len;
-
-		pthread_mutex_lock(&p->txlock);
-		l = vbi_peer_lane(p);
-		if (l && p->up && !p->dead &&
-		    (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto)) &&
-		    vbi_peer_send_ctrl(p, buf, len) == 0)
-			vbi_peer_acks_sent(p, l, upto);
-		pthread_mutex_unlock(&p->txlock);
-	}
+	if (in_cb) /* deliveries of it queued behind are skipped (dead) */
+		sub->streams_freed = true;
 	while (sub->streams) {
 		struct vbi_rxs *r = sub->streams;
 

@@ -436,6 +436,9 @@ struct vb_sub {
 	uint32_t mcast_group;      /* FANOUT: group this context joined for it, 0 = none */
 	atomic_uint cb_pending;    /* deliveries and gaps queued (cbq.c) */
 	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
+	bool streams_freed;        /* destroyed from a callback (of another
+				    * subscriber): its streams are gone; written
+				    * and read by the flushing thread (cbq.c) */
 };
 
 struct vb_node {
@@ -485,7 +488,7 @@ struct vb_ctx {
 	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
 
 	/* UD endpoint (FANOUT), on ud_dr (dr[0]; dr[1] after dr[0] was removed:
-	 * vbi_dev_reap moves it, under ud_lock) */
+	 * dev_reap (progress.c) moves it, under ud_lock) */
 	struct vbi_devres *_Atomic ud_dr;
 	struct vbt_qp *ud_qp;
 	struct vbt_peer ud_local;  /* its address (ud_addr_lock: a leaf lock) */

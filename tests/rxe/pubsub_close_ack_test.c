@@ -83,6 +83,8 @@ static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 	usleep(50000); /* vb_sub_destroy() marks it dead first thing */
 }
 
+static vb_ctx_t *pub_ctx;
+
 static void ctx_attr(vb_ctx_attr_t *ca)
 {
 	vb_ctx_attr_init(ca);
@@ -100,6 +102,7 @@ static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
 	uint8_t buf[64];
 	char name[32];
 	uint64_t seq = 0, t0;
+	vb_stats_t sst, pst;
 	int rc;
 
 	ctx_attr(&ca);
@@ -121,6 +124,10 @@ static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
 		if (vbt_now_ms() - t0 > WAIT_MS)
 			fail_msg("%s: no subscriber after %d ms", how_name[how], WAIT_MS);
 
+	/* the publisher numbers its messages 1, 2, ... across the rounds; set
+	 * before the first publish (its delivery may come before it returns) */
+	__atomic_store_n(&rx.first, (uint64_t)round * ROUND_MSGS + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&rx.last, rx.first + ROUND_MSGS - 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < ROUND_MSGS; i++) {
 		memset(buf, (int)i, sizeof(buf));
 		for (t0 = vbt_now_ms(); (rc = vb_publish(pub, buf, sizeof(buf), &seq)) == -EAGAIN;
@@ -128,10 +135,7 @@ static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
 			if (vbt_now_ms() - t0 > WAIT_MS)
 				fail_msg("publish: -EAGAIN for %d ms: %s", WAIT_MS, vb_errmsg());
 		assert_int_equal(rc, 0);
-		if (i == 0) {
-			rx.first = seq;
-			rx.last = seq + ROUND_MSGS - 1;
-		}
+		assert_int_equal(seq, rx.first + i);
 	}
 	assert_int_equal(seq, rx.last);
 
@@ -146,15 +150,18 @@ static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
 	}
 	__atomic_store_n(&rx.destroying, 1, __ATOMIC_RELEASE);
 	assert_int_equal(vb_sub_destroy(sub), 0);
+	vb_ctx_stats(ctx, &sst);
 	assert_int_equal(vb_node_destroy(node), 0);
 	assert_int_equal(vb_ctx_destroy(ctx), 0);
 	assert_int_equal(rx.got, ROUND_MSGS);
 	assert_int_equal(rx.bad, 0);
 
 	rc = vb_pub_wait_acked(pub, seq, WAIT_MS);
-	printf("%s, round %d: %u delivered, sequence %" PRIu64 "..%" PRIu64 ": %s\n",
+	vb_ctx_stats(pub_ctx, &pst);
+	printf("%s, round %d: %u delivered, sequence %" PRIu64 "..%" PRIu64 ": %s (ACKs: "
+	       "subscriber sent %" PRIu64 ", publisher received %" PRIu64 ")\n",
 	       how_name[how], round, ROUND_MSGS, rx.first, rx.last,
-	       rc ? vb_errmsg() : "all acknowledged");
+	       rc ? vb_errmsg() : "all acknowledged", sst.acks_sent, pst.acks_received);
 	if (rc)
 		fail_msg("%s: the subscriber left at its last delivery and the publisher's "
 			 "window did not drain within %d ms: %s", how_name[how], WAIT_MS,
@@ -178,6 +185,7 @@ static void test_close_ack(void **state)
 	ctx_attr(&ca);
 	if (vb_ctx_create(&ca, &ctx))
 		fail_msg("pub ctx: %s", vb_errmsg());
+	pub_ctx = ctx;
 	vb_node_attr_init(&na);
 	na.name = "ca-pub";
 	na.listen_ip = vbt_test_ip();

@@ -631,10 +631,13 @@ VB_EXPORT int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim);
 
 /**
  * vb_pub_wait_acked() - ORDERED with ack_quorum k: wait until k subscribers
- * have delivered message @seq to their application. Returns 0, -ETIMEDOUT
- * (also when fewer than k subscribers are connected), -EINVAL (no quorum
- * configured), -EDEADLK (from a callback). In VB_PROGRESS_APP mode the
- * waiting thread drives progress.
+ * have delivered message @seq to their application (a subscriber that did
+ * and left since, e.g. destroyed right after its last delivery, still
+ * counts: the k-of-n acknowledged sequence never goes back). Returns 0,
+ * -ETIMEDOUT (also when fewer than k subscribers are connected and @seq
+ * was not acknowledged by k before), -EINVAL (no quorum configured),
+ * -EDEADLK (from a callback). In VB_PROGRESS_APP mode the waiting thread
+ * drives progress.
  */
 VB_EXPORT int vb_pub_wait_acked(vb_pub_t *pub, uint64_t seq, int timeout_ms);
 
