@@ -457,10 +457,14 @@ struct vbt_ops {
 	/* cq_wait over @n (1..8) armed CQs, possibly of different devices:
 	 * block up to @timeout_ms for the first notification of any; consumes
 	 * and acknowledges every notification already pending on them.
-	 * Returns the index of a CQ that was notified, -ETIMEDOUT, -EINVAL
-	 * (bad @n), -EOPNOTSUPP (a CQ without a channel), other negative
-	 * errno. Same rules as cq_wait: one waiter per CQ, re-arm after. */
-	int (*cq_wait_any)(struct vbt_cq *const *cqs, unsigned n, int timeout_ms);
+	 * @wake_fd (>= 0: an eventfd another thread writes when it has work
+	 * for the waiter; -1: none) ends the wait too: its count is read
+	 * (reset) and @n returned, unless a CQ was notified as well.
+	 * Returns the index of a CQ that was notified, @n (woken), -ETIMEDOUT,
+	 * -EINVAL (bad @n), -EOPNOTSUPP (a CQ without a channel), other
+	 * negative errno. Same rules as cq_wait: one waiter per CQ, re-arm
+	 * after. */
+	int (*cq_wait_any)(struct vbt_cq *const *cqs, unsigned n, int wake_fd, int timeout_ms);
 
 	/* Create a QP in RESET. cap is what is asked for; qp->cap what was
 	 * granted. -EINVAL (caps over device limits: the message names them),

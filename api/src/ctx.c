@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api/src/progress.h"
 #include "api/src/ud.h"
@@ -323,6 +325,7 @@ static void ctx_init_early(struct vb_ctx *ctx)
 	const vb_ctx_attr_t *attr = &ctx->attr;
 
 	ctx->cork = attr->batch != 0;
+	ctx->wake_fd = -1;
 	(void)vbi_now_ns(); /* calibrate the hot-path clock now, not on a publish */
 	ctx->ops = &vbt_verbs_ops;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -452,7 +455,11 @@ int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out)
 		return rc;
 	}
 	ctx_init_early(ctx);
-
+	if ((ctx->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = vbi_err(-errno, "eventfd for the progress thread's wake-ups: %s",
+			     strerror(errno));
+		goto err;
+	}
 	rc = ctx_open_devices(ctx);
 	if (rc)
 		goto err;
@@ -535,6 +542,8 @@ int vb_ctx_destroy(vb_ctx_t *ctx)
 	pthread_mutex_destroy(&ctx->progress_lock);
 	vbi_cb_fini(ctx);
 	vbi_auth_ctx_fini(ctx);
+	if (ctx->wake_fd >= 0)
+		close(ctx->wake_fd);
 	free(ctx);
 	return 0;
 }

@@ -61,6 +61,7 @@ void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *w
 								    (int)v.action))
 		;
 	atomic_store(&ctx->fail_pending, true);
+	vbi_ctx_wake(ctx); /* from the async-event or an application thread */
 }
 
 /* The device's async-event thread. QP events name the lane (user_ctx);
@@ -96,6 +97,7 @@ void vbi_dev_event(const struct vbt_event *ev, void *arg)
 	}
 	atomic_store(&dr->failed, true);
 	atomic_store(&ctx->fail_pending, true);
+	vbi_ctx_wake(ctx);
 }
 
 /* ---- path events: recorded under txlock, reported after ------------------------------- */
@@ -289,8 +291,23 @@ struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool
 	return vbi_peer_activate(p, s, tell, false);
 }
 
+static void log_failed(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_action act,
+		       const struct vbi_lane *to)
+{
+	char sw[48] = "";
+
+	if (to)
+		snprintf(sw, sizeof(sw), "; switched to standby lane %u", to->id);
+	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s%s", p->name, l->id,
+		 l->qp->qpn, l->dr->dev->caps.name,
+		 atomic_load(&l->fail_why) ? atomic_load(&l->fail_why) : "?",
+		 vbi_err_action_name(act), sw);
+}
+
 /* The failure of lane @l (disruptive action @act): txlock held. Returns
- * true when the peer must be given up (no lane can be had). */
+ * true when the peer must be given up (no lane can be had). A switch to
+ * the standby is logged once done: the LANE frame goes before the log
+ * line's write (to a slow log file, a pipe). */
 static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_action act)
 {
 	struct vb_ctx *ctx = p->node->ctx;
@@ -298,13 +315,10 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 	struct vbi_path_decision d;
 	uint64_t now = vbi_mono_ns();
 
-	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s", p->name, l->id,
-		 l->qp->qpn, l->dr->dev->caps.name,
-		 atomic_load(&l->fail_why) ? atomic_load(&l->fail_why) : "?",
-		 vbi_err_action_name(act));
 	if (l != active) {
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
+		log_failed(p, l, act, NULL);
 		if (l == p->probe) { /* the RC probe failed: the better mode is not back */
 			p->probe = NULL;
 			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
@@ -315,6 +329,8 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		return false;
 	}
 	d = vbi_path_fail(&p->path, l->epoch, now, 0);
+	if (d.action != VBI_PATH_SWITCH_TO_STANDBY)
+		log_failed(p, l, act, NULL);
 	/* the dead-peer rule (maint_peer): watch from the first failure since
 	 * the peer was last heard from */
 	if (!p->fail_watch || p->last_rx_ms != p->rx_ms_at_fail) {
@@ -326,11 +342,13 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		struct vbi_lane *s = d.lane, *old;
 
 		if (atomic_load(&s->dead)) { /* failed too (same port): no switch */
+			log_failed(p, l, act, NULL);
 			vbi_lane_retire_locked(s);
 			goto rebuild;
 		}
 		atomic_fetch_add(&ctx->st.failovers, 1);
 		old = vbi_peer_switch_to(p, s, true);
+		log_failed(p, l, act, s);
 		if (old)
 			vbi_lane_retire_locked(old);
 		return false;

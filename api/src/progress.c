@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api/src/progress.h"
 #include "api/src/ud.h"
@@ -20,9 +21,20 @@
 
 #define AFTER_POLL_NS 200000ull /* per-peer round of an idle progress context */
 
+void vbi_ctx_wake(struct vb_ctx *ctx)
+{
+	if (atomic_load(&ctx->sleeping) && ctx->wake_fd >= 0) {
+		uint64_t one = 1;
+
+		/* only EAGAIN at a count near 2^64: it is awake by then */
+		(void)!write(ctx->wake_fd, &one, sizeof(one));
+	}
+}
+
 void vbi_ctx_kick(struct vb_ctx *ctx)
 {
 	atomic_store(&ctx->kick, true);
+	vbi_ctx_wake(ctx);
 }
 
 static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
@@ -313,10 +325,12 @@ static void *progress_main(void *arg)
 			since = vbi_now_ns();
 		if (!idle_wait(ctx, idle, since))
 			continue;
-		/* Block: arm every live device's CQ, poll once more (a
-		 * completion may have slipped in before the arm), then sleep
-		 * until one of them completes something (bounded, so stop and
-		 * timed work are noticed). */
+		/* Block: arm every live device's CQ, say we sleep, poll once
+		 * more (a completion may have slipped in before the arm, a
+		 * kick or a failure report before `sleeping`), then sleep
+		 * until one of them completes something or another thread
+		 * wakes us (vbi_ctx_wake), bounded so that stop and timed work
+		 * are noticed. */
 		struct vbt_cq *cqs[2];
 		unsigned ncq = 0;
 
@@ -327,11 +341,13 @@ static void *progress_main(void *arg)
 				cqs[ncq++] = cq;
 		}
 		if (ncq) {
+			atomic_store(&ctx->sleeping, true);
 			pthread_mutex_lock(&ctx->progress_lock);
 			n = vbi_progress_once(ctx);
 			pthread_mutex_unlock(&ctx->progress_lock);
-			if (n == 0)
-				cqs[0]->ops->cq_wait_any(cqs, ncq, 20);
+			if (n == 0 && !atomic_load(&ctx->kick) && !atomic_load(&ctx->fail_pending))
+				cqs[0]->ops->cq_wait_any(cqs, ncq, ctx->wake_fd, 20);
+			atomic_store(&ctx->sleeping, false);
 		} else {
 			struct timespec ts = { 0, 200000 };
 

@@ -513,6 +513,13 @@ struct vb_ctx {
 	bool cork;                  /* attr.batch: cork batching on */
 	atomic_bool kick;           /* another thread left the peers work: the
 				     * next progress round visits them */
+	/* The progress thread about to block, or blocked, in its CQ wait
+	 * (written by it; read by every thread that leaves it work, which
+	 * then writes wake_fd: vbi_ctx_wake). Seq_cst on both sides: the
+	 * thread sets it and then looks for work (kick, fail_pending); the
+	 * other sets its flag and then reads this. */
+	atomic_bool sleeping;
+	int wake_fd;                /* eventfd in that wait (-1 before vb_ctx_create made it) */
 	uint64_t after_poll_ns;     /* progress: last per-peer round */
 	/* Bumped (release) after a thread other than the progress thread has
 	 * built objects that completions will point at, before their first
@@ -701,6 +708,10 @@ void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
 void vbi_ctx_kick(struct vb_ctx *ctx);
+/* Wake the progress thread if it blocks in its CQ wait: after a flag it will
+ * look at (kick, fail_pending) is set. Any thread; a syscall only when it
+ * sleeps. */
+void vbi_ctx_wake(struct vb_ctx *ctx);
 /* Name a library thread (what ps, top and perf show): "vb-progress",
  * "vb-maint", "vb-accept". Best effort. */
 void vbi_thread_name(pthread_t t, const char *name);

@@ -9,6 +9,9 @@
  * mode (completion channel: arm, wait with timeout) and device caps. After
  * each test `rdma res show` lists no QP/CQ/MR/PD of this process.
  */
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,14 +240,19 @@ static void test_blocking_cq(void **state)
 
 /* cq_wait_any: the progress thread's wait over both devices' CQs. Both
  * ends have channels; only the receiver's CQ (index 1) is armed, so only
- * it can be the one notified. */
+ * it can be the one notified. A write to the wake-up descriptor (an
+ * eventfd: another thread has work for the waiter) ends the wait with @n,
+ * and the wait drains it: the next one sleeps again. */
 static void test_wait_any(void **state)
 {
 	struct th_ep srv, cli, plain;
 	struct vbt_conn_param p;
 	struct vbt_cq *cqs[2];
 	struct vbt_wc wc[2];
+	uint64_t one = 1;
+	int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
+	assert_true(wfd >= 0);
 	vbt_conn_param_init(&p);
 	p.cm_timeout_ms = 20000;
 	assert_int_equal(th_ep_open(&srv, dev, VB_QPT_RC, 4, 0, 1), 0);
@@ -253,20 +261,26 @@ static void test_wait_any(void **state)
 	assert_int_equal(th_pair(dev, &srv, &cli, &p, 2, 0, 0), 0);
 	cqs[0] = cli.cq;
 	cqs[1] = srv.cq;
-	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 0, 10), -EINVAL);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 0, -1, 10), -EINVAL);
 	cqs[0] = plain.cq;
-	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 10), -EOPNOTSUPP);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, -1, 10), -EOPNOTSUPP);
 	cqs[0] = cli.cq;
 	assert_int_equal(srv.cq->ops->cq_arm(srv.cq, 0), 0);
 	assert_int_equal(vbt_cq_poll(srv.cq, wc, 2), 0);
-	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 50), -ETIMEDOUT);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, -1, 50), -ETIMEDOUT);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, wfd, 50), -ETIMEDOUT);
+	/* woken: @n, however long the timeout; drained: the next wait sleeps */
+	assert_int_equal(write(wfd, &one, sizeof(one)), sizeof(one));
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, wfd, 600000), 2);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, wfd, 50), -ETIMEDOUT);
 	fill(th_slot(&cli, 0), 64, 7);
 	assert_int_equal(th_post_send(&cli, 0, 64, VBT_WR_SEND, 0, 0), 0);
-	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, 20000), 1);
+	assert_int_equal(srv.cq->ops->cq_wait_any(cqs, 2, wfd, 20000), 1);
 	assert_int_equal(th_poll(&srv, wc, 1, 1000), 1);
 	assert_int_equal(wc[0].status, VBT_WC_SUCCESS);
 	assert_true(same(th_slot(&srv, 0), 64, 7));
 	assert_int_equal(th_poll(&cli, wc, 1, 20000), 1);
+	close(wfd);
 	th_ep_close(&plain);
 	th_ep_close(&cli);
 	th_ep_close(&srv);

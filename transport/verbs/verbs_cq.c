@@ -11,8 +11,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/err.h"
 #include "core/log.h"
@@ -146,9 +148,10 @@ int vbv_cq_arm(struct vbt_cq *cq, int solicited_only)
 	return 0;
 }
 
-int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
+int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int wake_fd, int timeout_ms)
 {
-	struct pollfd pfd[8];
+	struct pollfd pfd[9];
+	unsigned nfd = n;
 	int hit = -1;
 
 	if (!n || n > 8)
@@ -162,6 +165,12 @@ int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
 		pfd[i].fd = c->ch->fd;
 		pfd[i].events = POLLIN;
 		pfd[i].revents = 0;
+	}
+	if (wake_fd >= 0) {
+		pfd[nfd].fd = wake_fd;
+		pfd[nfd].events = POLLIN;
+		pfd[nfd].revents = 0;
+		nfd++;
 	}
 	for (;;) {
 		/* every channel is non-blocking: take what is pending */
@@ -180,7 +189,16 @@ int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
 		}
 		if (hit >= 0)
 			return hit;
-		int r = poll(pfd, n, timeout_ms);
+		if (nfd > n && (pfd[n].revents & POLLIN)) {
+			uint64_t v;
+
+			/* an eventfd: one read takes every write since the last */
+			if (read(wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				return vbi_err(-errno, "reading the wake-up descriptor: %s",
+					       strerror(errno));
+			return (int)n;
+		}
+		int r = poll(pfd, nfd, timeout_ms);
 
 		if (r == 0)
 			return vbi_err(-ETIMEDOUT, "no completion event within %d ms", timeout_ms);
@@ -191,5 +209,5 @@ int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms)
 
 int vbv_cq_wait(struct vbt_cq *cq, int timeout_ms)
 {
-	return vbv_cq_wait_any(&cq, 1, timeout_ms); /* the index of one CQ is 0 */
+	return vbv_cq_wait_any(&cq, 1, -1, timeout_ms); /* the index of one CQ is 0 */
 }

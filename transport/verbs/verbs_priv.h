@@ -141,7 +141,7 @@ int vbv_cq_create(struct vbt_dev *dev, const struct vbt_cq_attr *attr, struct vb
 int vbv_cq_destroy(struct vbt_cq *cq);
 int vbv_cq_poll(struct vbt_cq *cq, struct vbt_wc *wc, int n);
 int vbv_cq_arm(struct vbt_cq *cq, int solicited_only);
-int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int timeout_ms);
+int vbv_cq_wait_any(struct vbt_cq *const *cqs, unsigned n, int wake_fd, int timeout_ms);
 int vbv_cq_wait(struct vbt_cq *cq, int timeout_ms);
 /* verbs_qp.c: queue pairs and posting. */
 int vbv_qp_create(struct vbt_pd *pd, const struct vbt_qp_init_attr *attr, struct vbt_qp **out);
