@@ -221,3 +221,27 @@ uint32_t topic_id(const char *name)
 	return h ? h : 1;
 }
 
+uint32_t raw_hello(uint8_t *buf, uint64_t uid, uint32_t lane, uint32_t role,
+		   const uint8_t *nonce)
+{
+	uint32_t len = nonce ? HELLO_LEN_AUTH : HELLO_LEN;
+	struct vbi_wire_hdr h = { .type = VBI_WT_HELLO, .len = len };
+	uint8_t *pl = buf + VBI_WIRE_HDR_LEN;
+
+	vbi_wire_put(buf, &h);
+	memset(pl, 0, len);
+	put32le(pl + HELLO_VERSION, 3);
+	put32le(pl + HELLO_UID, (uint32_t)uid);
+	put32le(pl + HELLO_UID + 4, (uint32_t)(uid >> 32));
+	put32le(pl + HELLO_LANE, lane);
+	put32le(pl + HELLO_ROLE, role);
+	put32le(pl + HELLO_SLOTS, RAW_SLOTS);
+	put32le(pl + HELLO_SLOT_SIZE, RAW_SLOT);
+	put32le(pl + HELLO_MAX_MSG, 1u << 20);
+	memcpy(pl + HELLO_NAME, "raw-client", 10);
+	if (nonce) {
+		put32le(pl + HELLO_AUTH, 1); /* we have a key */
+		memcpy(pl + HELLO_NONCE, nonce, 32);
+	}
+	return VBI_WIRE_HDR_LEN + len;
+}

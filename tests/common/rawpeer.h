@@ -76,6 +76,11 @@ void raw_connect(struct raw *r, struct rawqp *q, uint16_t port);
 void raw_send(struct rawqp *q, const void *data, uint32_t len, struct vbt_ah *ah,
 	      const struct vbt_peer *to);
 void raw_close(struct rawqp *q);
+/* A HELLO of node @uid for lane @lane of @role (0 primary, 1 standby, ...),
+ * RAW_SLOTS of RAW_SLOT bytes, into @buf; @nonce (32 bytes) or NULL: the
+ * 124-byte form without the authentication section. Returns its length. */
+uint32_t raw_hello(uint8_t *buf, uint64_t uid, uint32_t lane, uint32_t role,
+		   const uint8_t *nonce);
 /* The topic id verbus gives @name (api/src: FNV-1a, 0 avoided). */
 uint32_t topic_id(const char *name);
 
