@@ -231,6 +231,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 		old = vbi_path_switch(&p->path, s, now, &s->epoch);
 	}
 	n = vbi_pub_rewind_peer(p);
+	s->replaced_ns = 0; /* a replaced standby the peer switched to: kept */
 	if (s->mode != VB_QPT_RC) {
 		/* degraded lanes have no standby: an RC one left from before is
 		 * stale (its other end was retired with the degradation) */

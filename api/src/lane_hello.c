@@ -314,12 +314,18 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 			/* recovering with nothing to switch to: it is the lane now
 			 * (and the other end, which took it for a standby, is told) */
 			old = vbi_peer_switch_to(p, l, true);
+			if (old)
+				vbi_lane_retire_locked(old);
 		} else {
+			/* A standby it replaces stays a while: the connector
+			 * builds a new one after it switched to the old one, and
+			 * that LANE frame may come after this HELLO (another
+			 * connection: no order between them). */
 			old = vbi_path_set_standby(&p->path, l);
 			atomic_fetch_add(&ctx->st.standbys_warmed, 1);
+			if (old && old != l)
+				old->replaced_ns = vbi_mono_ns();
 		}
-		if (old)
-			vbi_lane_retire_locked(old);
 		pthread_mutex_unlock(&p->txlock);
 		vbi_info("peer '%s': standby lane %u ready (QP %u on %s)", p->name, l->id,
 			 l->qp->qpn, l->dr->dev->caps.name);

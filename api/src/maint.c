@@ -236,13 +236,18 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		       act->mode == VB_QPT_RC && mode == VB_QPT_RC;
 	need_probe = !need_lane && act && mode != VB_QPT_RC && !p->probe &&
 		     !vbi_path_recovering(&p->path);
-	for (struct vbi_lane *l = p->lanes; l; l = l->next)
+	for (struct vbi_lane *l = p->lanes; l; l = l->next) {
 		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
 			waiting_hello = true;
 			/* an unreliable lane's HELLO may be lost: give up on it */
 			if (l->mode != VB_QPT_RC && now - l->created_ns > recover_timeout_ns(ctx))
 				vbi_lane_retire_locked(l);
 		}
+		/* a replaced standby no LANE frame came for */
+		if (l->replaced_ns && l != act && !atomic_load(&l->dead) &&
+		    now - l->replaced_ns > VBI_REPLACED_KEEP_NS)
+			vbi_lane_retire_locked(l);
+	}
 	pthread_mutex_unlock(&p->txlock);
 
 	if (need_lane && now - since > recover_timeout_ns(ctx)) {

@@ -300,6 +300,12 @@ struct vbi_lane {
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	uint64_t created_ns;
+	/* A newer standby's HELLO replaced it (hello_lane_up), 0: not. The
+	 * peer may have switched to it (a LANE on its way, racing that HELLO
+	 * on another connection): kept for VBI_REPLACED_KEEP_NS, then retired
+	 * (maint_peer) unless it became the active lane. Under the peer's
+	 * txlock. */
+	uint64_t replaced_ns;
 	uint64_t accepted_ns;    /* accepted, waiting for the HELLO (node->pending) */
 	uint64_t refused_ns;     /* refused (vbi_lane_refuse): dropped after its BYE */
 	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
@@ -685,6 +691,8 @@ void vbi_peer_on_udaddr(struct vbi_peer *p, const struct vbi_wire_hdr *h, const 
 int vbi_maint_start(struct vb_node *node);
 void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
+/* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
+#define VBI_REPLACED_KEEP_NS 1000000000ull
 /* Inside rcu read lock or txlock: the active lane if it can be posted to. */
 static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 {
