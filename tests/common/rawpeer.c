@@ -245,3 +245,11 @@ uint32_t raw_hello(uint8_t *buf, uint64_t uid, uint32_t lane, uint32_t role,
 	}
 	return VBI_WIRE_HDR_LEN + len;
 }
+
+void raw_fini(struct raw *r)
+{
+	assert_int_equal(r->ops->mr_dereg(r->mr), 0);
+	assert_int_equal(r->ops->pd_free(r->pd), 0);
+	r->ops->dev_close(r->dev);
+	free(r->mem);
+}

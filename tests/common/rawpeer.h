@@ -76,6 +76,8 @@ void raw_connect(struct raw *r, struct rawqp *q, uint16_t port);
 void raw_send(struct rawqp *q, const void *data, uint32_t len, struct vbt_ah *ah,
 	      const struct vbt_peer *to);
 void raw_close(struct rawqp *q);
+/* Free what raw_open() made (its QPs closed first). */
+void raw_fini(struct raw *r);
 /* A HELLO of node @uid for lane @lane of @role (0 primary, 1 standby, ...),
  * RAW_SLOTS of RAW_SLOT bytes, into @buf; @nonce (32 bytes) or NULL: the
  * 124-byte form without the authentication section. Returns its length. */

@@ -186,6 +186,7 @@ static void test_lane_on_replaced_standby(void **state)
 	__atomic_store_n(finish, 1, __ATOMIC_RELEASE);
 	for (int i = 2; i >= 0; i--)
 		raw_close(&q[i]);
+	raw_fini(&r);
 	assert_int_equal(waitpid(child, &status, 0), child);
 	child = -1;
 	assert_true(WIFEXITED(status));

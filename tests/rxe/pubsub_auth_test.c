@@ -418,10 +418,7 @@ static void test_rules(void **state)
 	raw_close(&a);
 	raw_close(&b);
 	raw_close(&c);
-	assert_int_equal(r.ops->mr_dereg(r.mr), 0);
-	assert_int_equal(r.ops->pd_free(r.pd), 0);
-	r.ops->dev_close(r.dev);
-	free(r.mem);
+	raw_fini(&r);
 	stop_victim();
 }
 
@@ -515,10 +512,7 @@ static void test_auth(void **state)
 	raw_close(&a);
 	raw_close(&k);
 	raw_close(&p);
-	assert_int_equal(r.ops->mr_dereg(r.mr), 0);
-	assert_int_equal(r.ops->pd_free(r.pd), 0);
-	r.ops->dev_close(r.dev);
-	free(r.mem);
+	raw_fini(&r);
 	stop_victim();
 }
 

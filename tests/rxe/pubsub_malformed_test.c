@@ -638,10 +638,7 @@ static void test_malformed(void **state)
 	assert_int_equal(ld(&sh->protocol), want_protocol);
 
 	raw_close(&a);
-	assert_int_equal(r.ops->mr_dereg(r.mr), 0);
-	assert_int_equal(r.ops->pd_free(r.pd), 0);
-	r.ops->dev_close(r.dev);
-	free(r.mem);
+	raw_fini(&r);
 	__atomic_store_n(&sh->finish, 1, __ATOMIC_RELEASE);
 	{
 		int st = vbt_wait(child, 60);
