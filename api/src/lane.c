@@ -66,12 +66,11 @@ static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 
 int vbi_lane_commit(struct vbi_lane *l)
 {
-	struct vb_ctx *ctx = l->node->ctx;
 	int rc;
 
 	if (!l->lean)
 		return 0;
-	rc = vbi_sring_add_bufs(ctx, &l->sr);
+	rc = vbi_sring_add_bufs(&l->sr);
 	if (!rc)
 		rc = lane_fill(l, VBI_LEAN_SLOTS, l->nslots);
 	if (rc)
@@ -132,13 +131,13 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		l->lean = true;
 		/* the send ring, with buffers for what goes before the commit
 		 * (an authentication proof, a refusal) */
-		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
-				    l, VBI_LEAN_SLOTS);
+		rc = vbi_sring_init(dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l,
+				    VBI_LEAN_SLOTS, ctx->attr.slot_size);
 		if (!rc)
 			rc = lane_fill(l, 0, VBI_LEAN_SLOTS);
 	} else {
-		rc = vbi_sring_init(ctx, dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND,
-				    l, l->qp->cap.max_send_wr);
+		rc = vbi_sring_init(dr->pool, &l->sr, l->qp->cap.max_send_wr, VBI_WR_RC_SEND, l,
+				    l->qp->cap.max_send_wr, ctx->attr.slot_size);
 		if (!rc)
 			rc = lane_fill(l, 0, l->nslots);
 	}
@@ -468,7 +467,7 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 		vbi_progress_or_nap(ctx);
 	}
 	pthread_mutex_lock(l->lk);
-	vbi_sring_release_upto(ctx, &l->sr, NULL);
+	vbi_sring_release_upto(&l->sr, NULL);
 	if (l->peer)
 		for (struct vbi_lane **q = &l->peer->lanes; *q; q = &(*q)->next)
 			if (*q == l) {
@@ -482,7 +481,7 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 		ctx->ops->conn_close(l->conn);
 	if (l->qp)
 		vbi_lane_qp_put(l, reuse);
-	vbi_sring_fini(ctx, &l->sr);
+	vbi_sring_fini(&l->sr);
 	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
 	pthread_mutex_destroy(&l->own_lock);
 	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);

@@ -110,7 +110,7 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			if (!ok)
 				lane_wc_error(ctx, l, &wc[i], s);
 			pthread_mutex_lock(l->lk);
-			vbi_sring_release_upto(ctx, &l->sr, s);
+			vbi_sring_release_upto(&l->sr, s);
 			pthread_mutex_unlock(l->lk);
 			break;
 		}
@@ -131,7 +131,7 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
 
 			pthread_mutex_lock(&ctx->ud_lock);
-			vbi_sring_release_upto(ctx, &ctx->ud_sr, s);
+			vbi_sring_release_upto(&ctx->ud_sr, s);
 			pthread_mutex_unlock(&ctx->ud_lock);
 			if (!ok && !atomic_load(&ctx->stop))
 				vbi_warn("UD send completion: %s", vbt_wc_status_str(wc[i].status));

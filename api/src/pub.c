@@ -140,9 +140,9 @@ int vb_pub_claim(vb_pub_t *pub, size_t len, vb_claim_t *claim)
 			dr = &ctx->dr[1];
 		else if (pub->cls == VB_FANOUT)
 			dr = ctx->ud_dr;
-		rc = vbi_msg_new(dr, need, &m);
+		rc = vbi_msg_new(dr->pool, dr, need, &m);
 		if (rc == -ENODEV && pub->cls == VB_FANOUT && dr != ctx->ud_dr)
-			rc = vbi_msg_new(ctx->ud_dr, need, &m); /* the endpoint moved meanwhile */
+			rc = vbi_msg_new(ctx->ud_dr->pool, ctx->ud_dr, need, &m); /* the endpoint moved meanwhile */
 	}
 	if (rc) {
 		if (rc == -EAGAIN)
@@ -162,7 +162,7 @@ int vb_pub_abort(vb_pub_t *pub, vb_claim_t *claim)
 		return vbi_err(-EINVAL, "no claim to abort");
 	if (((struct vbi_msg *)claim->priv_)->owner != pub)
 		return vbi_err(-EINVAL, "'%s': the claim was made on another publisher", pub->topic);
-	vbi_msg_put(pub->node->ctx, claim->priv_);
+	vbi_msg_put(claim->priv_);
 	claim->priv_ = NULL;
 	return 0;
 }
@@ -609,7 +609,7 @@ int vb_pub_destroy(vb_pub_t *pub)
 		vbi_txwin_fini(&pub->win);
 	}
 	if (pub->batch)
-		vbi_msg_put(node->ctx, pub->batch);
+		vbi_msg_put(pub->batch);
 	vbi_mcast_pub_close(pub);
 	pthread_cond_destroy(&pub->acked_cv);
 	pthread_mutex_destroy(&pub->lock);

@@ -79,7 +79,7 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
 				s->ud_ref = NULL;
 				vbi_sring_untake(&ctx->ud_sr);
-				vbi_msg_put(ctx, m);
+				vbi_msg_put(m);
 				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
 				continue;
 			}
@@ -91,7 +91,7 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 		if (t >= nt && posted)
 			vbi_mcast_sent(ctx, posted);
 	}
-	vbi_msg_put(ctx, m);
+	vbi_msg_put(m);
 }
 
 /* *@mp's block is in the pool of another device than the UD endpoint's (it
@@ -106,7 +106,7 @@ static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)
 
 	if (m->dr == dr)
 		return 0;
-	rc = vbi_msg_new(dr, m->buf.len, &n);
+	rc = vbi_msg_new(dr->pool, dr, m->buf.len, &n);
 	if (rc)
 		return rc;
 	memcpy(n->buf.addr, m->buf.addr, m->buf.len);
@@ -114,7 +114,7 @@ static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)
 	n->flags = m->flags;
 	n->seq = m->seq;
 	n->owner = m->owner;
-	vbi_msg_put(ctx, m);
+	vbi_msg_put(m);
 	*mp = n;
 	return 0;
 }
@@ -135,7 +135,7 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 			 pub->topic, pub->batch_frames);
 		atomic_fetch_add(&ctx->st.lost, pub->batch_frames);
 		pub->batch = NULL;
-		vbi_msg_put(ctx, m);
+		vbi_msg_put(m);
 		return 0;
 	}
 	if (fanout_rehome(ctx, &pub->batch))
@@ -223,7 +223,7 @@ static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg 
 						     pub->batch_off, pl, m->len);
 	pub->batch_frames++;
 	if (pub->batch != m)
-		vbi_msg_put(ctx, m); /* copied into the batch */
+		vbi_msg_put(m); /* copied into the batch */
 	if ((busy && pub->batch_off + VBI_WIRE_REC_HDR + 8 <= mtu) || fanout_flush_batch(ctx, pub))
 		atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
 	return 0;

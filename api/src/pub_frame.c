@@ -96,7 +96,7 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 	if (rc) {
 		if (s->msg) {
 			s->msg = NULL;
-			vbi_msg_put(ctx, m);
+			vbi_msg_put(m);
 		}
 		vbi_sring_untake(&l->sr);
 		return rc;

@@ -26,7 +26,7 @@ void vbi_pub_release_msg(void *c, uint64_t seq, void *arg)
 
 	(void)seq;
 	pub->retained -= m->len < pub->retained ? m->len : pub->retained;
-	vbi_msg_put(pub->node->ctx, m);
+	vbi_msg_put(m);
 }
 
 /* Drop from the window what every live subscriber has acknowledged (all of

@@ -68,8 +68,8 @@ int vbi_ud_open(struct vb_ctx *ctx)
 	pthread_mutex_lock(&ctx->ud_addr_lock);
 	ctx->ud_local = local;
 	pthread_mutex_unlock(&ctx->ud_addr_lock);
-	rc = vbi_sring_init(ctx, dr->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
-			    VBI_WR_UD_SEND, NULL, 0);
+	rc = vbi_sring_init(dr->pool, &ctx->ud_sr, ctx->ud_qp->cap.max_send_wr,
+			    VBI_WR_UD_SEND, NULL, 0, ctx->attr.slot_size);
 	if (rc)
 		return rc;
 	ctx->ud_nslots = ctx->ud_qp->cap.max_recv_wr;
@@ -98,7 +98,7 @@ void vbi_ud_teardown(struct vb_ctx *ctx)
 		ctx->ud_qp = NULL;
 	}
 	ctx->ud_posted = 0;
-	vbi_sring_fini(ctx, &ctx->ud_sr);
+	vbi_sring_fini(&ctx->ud_sr);
 	/* a context whose create failed early never got its UD device */
 	if (ctx->ud_slots && atomic_load(&ctx->ud_dr))
 		vbi_slots_free(atomic_load(&ctx->ud_dr)->pool, ctx->ud_slots, ctx->ud_nslots);

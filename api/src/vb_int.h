@@ -54,6 +54,7 @@
 #include "core/wire.h"
 #include "core/wire_msg.h"
 #include "engine/qpool.h"
+#include "engine/sring.h"
 #include "transport/transport.h"
 #include "api/src/auth.h"
 
@@ -75,71 +76,9 @@ struct vbi_devres;
 struct vb_pub;
 struct vb_sub;
 
-/* wr_id of every posted WR points at a struct starting with this. */
-enum vbi_wr_kind {
-	VBI_WR_RC_RECV = 1,
-	VBI_WR_RC_SEND,
-	VBI_WR_UD_RECV,
-	VBI_WR_UD_SEND,
-	VBI_WR_MC_RECV,          /* the multicast QP's receive slots (mcast.c) */
-};
-
-/* A receive slot: one registered buffer, posted again after use. */
-struct vbi_slot {
-	uint8_t kind;
-	struct vbi_lane *lane;   /* RC; NULL for UD */
-	struct vbi_buf buf;
-};
-
 /* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
  * per-publish or per-round array of peers is this long. */
 #define VBI_MAX_PEERS 1024u
-
-/* A published message (ORDERED: in the retransmit window; FANOUT: until its
- * datagrams completed). It lives at the start of its own registered pool
- * block, [struct vbi_msg | pad to VBI_MSG_DESC | buf: wire header | payload],
- * so a publish allocates once (vbi_msg_new) and the last reference frees
- * the block (vbi_msg_put). */
-struct vbi_msg {
-	atomic_int refs;         /* window + send contexts still pointing at it */
-	struct vbi_buf buf;
-	struct vbi_devres *dr;   /* the device whose pool holds buf */
-	uint32_t len;            /* payload bytes */
-	uint16_t flags;          /* wire flags of the whole message */
-	uint64_t seq;
-	const struct vb_pub *owner; /* the publisher that claimed it (commit/abort check) */
-};
-#define VBI_MSG_DESC ((sizeof(struct vbi_msg) + 63) & ~(size_t)63) /* buf stays 64-aligned */
-
-/* A send context: one per SQ entry. Batches are built in @buf; fragments
- * of large messages use @hdr (registered) + a slice of @msg. */
-struct vbi_sctx {
-	uint8_t kind;
-	bool signaled;
-	struct vbi_lane *lane;   /* RC; NULL for UD */
-	struct vbi_buf buf;      /* batch buffer (slot_size) */
-	struct vbi_msg *msg;     /* ref held for a zero-copy fragment */
-	void *ud_ref;            /* UD: struct vbi_udmsg ref */
-	uint8_t *hdr;            /* 64 registered bytes for a fragment header */
-	uint32_t hdr_lkey;
-};
-
-/* A ring of send contexts the size of the SQ; completions are in order,
- * so a completion for entry i releases every entry up to i. */
-struct vbi_sring {
-	struct vbi_sctx *ctx;
-	uint32_t n;              /* entries (== SQ depth) */
-	uint32_t head;           /* next to post */
-	uint32_t tail;           /* oldest outstanding */
-	atomic_uint outstanding;   /* written under the ring's lock; read
-				    * without it by busy heuristics */
-	uint32_t since_signal;
-	atomic_uint sig_inflight;  /* signaled WRs posted, not yet completed
-				    * (under the ring's lock; read without it
-				    * by the cork rule) */
-	struct vbi_buf hdr_area; /* n x 64 bytes */
-	struct vbi_mempool *pool; /* where the buffers came from */
-};
 
 /* One RDMA device the context uses: the primary, and optionally a second
  * one for standby lanes (vb_ctx_attr_t.standby_ip / standby_device). */
@@ -613,24 +552,6 @@ void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 /* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* sring.c: send rings, receive slots, message descriptors */
-int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
-		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs);
-/* Batch buffers (slot_size) for the entries among the first @nbufs of
- * vbi_sring_init that have none yet: 0 or negative errno. */
-int vbi_sring_add_bufs(struct vb_ctx *ctx, struct vbi_sring *sr);
-void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr);
-/* Free receive slots' buffers (back to @pool) and the array; NULL-safe.
- * Nothing may still be posted from them. */
-void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
-struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
-void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s);
-void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto);
-void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m);
-/* A message with @need bytes of buffer in @dr's pool (one block holding
- * the descriptor too), one reference; 0 or the pool's error (-EAGAIN at its
- * cap, -ENODEV once the device's pool is detached, ...). */
-int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out);
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
 void vbi_progress_or_nap(struct vb_ctx *ctx); /* progress.c */
 /* ctx.c */
@@ -705,7 +626,6 @@ static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
 void vbi_peer_free(struct vbi_peer *p);
 int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len); /* lane.c */
-void vbi_sring_untake(struct vbi_sring *sr); /* sring.c */
 /* peer_frames.c */
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,

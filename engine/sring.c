@@ -7,14 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "engine/sring.h"
+
 #include "core/err.h"
 
-int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out)
+int vbi_msg_new(struct vbi_mempool *pool, struct vbi_devres *dr, size_t need,
+		struct vbi_msg **out)
 {
 	struct vbi_buf blk;
 	struct vbi_msg *m;
-	int rc = vbi_mempool_alloc(dr->pool, VBI_MSG_DESC + need, &blk);
+	int rc = vbi_mempool_alloc(pool, VBI_MSG_DESC + need, &blk);
 
 	if (rc)
 		return rc;
@@ -22,22 +24,22 @@ int vbi_msg_new(struct vbi_devres *dr, size_t need, struct vbi_msg **out)
 	memset(m, 0, sizeof(*m));
 	atomic_init(&m->refs, 1);
 	m->dr = dr;
+	m->pool = pool;
 	m->buf = (struct vbi_buf){ .addr = (uint8_t *)blk.addr + VBI_MSG_DESC,
 				   .len = (uint32_t)need, .lkey = blk.lkey, .rkey = blk.rkey };
 	*out = m;
 	return 0;
 }
 
-void vbi_msg_put(struct vb_ctx *ctx, struct vbi_msg *m)
+void vbi_msg_put(struct vbi_msg *m)
 {
-	(void)ctx;
 	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-		vbi_mempool_free(m->dr->pool, m); /* the descriptor heads the block */
+		vbi_mempool_free(m->pool, m); /* the descriptor heads the block */
 }
 
 /* ---- send rings ------------------------------------------------------------------ */
 
-int vbi_sring_add_bufs(struct vb_ctx *ctx, struct vbi_sring *sr)
+int vbi_sring_add_bufs(struct vbi_sring *sr)
 {
 	for (uint32_t i = 0; i < sr->n; i++) {
 		struct vbi_sctx *s = &sr->ctx[i];
@@ -45,15 +47,15 @@ int vbi_sring_add_bufs(struct vb_ctx *ctx, struct vbi_sring *sr)
 
 		if (s->buf.addr)
 			continue;
-		rc = vbi_mempool_alloc(sr->pool, ctx->attr.slot_size, &s->buf);
+		rc = vbi_mempool_alloc(sr->pool, sr->buf_size, &s->buf);
 		if (rc)
 			return vbi_err_prefix(rc, "send ring buffers");
 	}
 	return 0;
 }
 
-int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_sring *sr,
-		   uint32_t n, uint8_t kind, struct vbi_lane *lane, uint32_t nbufs)
+int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, uint8_t kind,
+		   struct vbi_lane *lane, uint32_t nbufs, size_t buf_size)
 {
 	int rc;
 
@@ -63,6 +65,7 @@ int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_srin
 		return vbi_err(-ENOMEM, "send ring of %u entries", n);
 	sr->n = n;
 	sr->pool = pool;
+	sr->buf_size = buf_size;
 	rc = vbi_mempool_alloc(pool, (size_t)n * 64, &sr->hdr_area);
 	if (rc)
 		goto err;
@@ -74,14 +77,14 @@ int vbi_sring_init(struct vb_ctx *ctx, struct vbi_mempool *pool, struct vbi_srin
 		s->hdr = (uint8_t *)sr->hdr_area.addr + (size_t)i * 64;
 		s->hdr_lkey = sr->hdr_area.lkey;
 		if (i < nbufs) {
-			rc = vbi_mempool_alloc(pool, ctx->attr.slot_size, &s->buf);
+			rc = vbi_mempool_alloc(pool, buf_size, &s->buf);
 			if (rc)
 				goto err;
 		}
 	}
 	return 0;
 err:
-	vbi_sring_fini(ctx, sr);
+	vbi_sring_fini(sr);
 	return vbi_err_prefix(rc, "send ring");
 }
 
@@ -95,11 +98,11 @@ void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n
 	free(slots);
 }
 
-void vbi_sring_fini(struct vb_ctx *ctx, struct vbi_sring *sr)
+void vbi_sring_fini(struct vbi_sring *sr)
 {
 	if (!sr->ctx)
 		return;
-	vbi_sring_release_upto(ctx, sr, NULL);
+	vbi_sring_release_upto(sr, NULL);
 	for (uint32_t i = 0; i < sr->n; i++)
 		if (sr->ctx[i].buf.addr)
 			vbi_mempool_free(sr->pool, sr->ctx[i].buf.addr);
@@ -128,26 +131,26 @@ void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s)
 	atomic_fetch_add_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
 }
 
-static void sctx_release(struct vb_ctx *ctx, struct vbi_sctx *s)
+static void sctx_release(struct vbi_sctx *s)
 {
 	if (s->msg) {
-		vbi_msg_put(ctx, s->msg);
+		vbi_msg_put(s->msg);
 		s->msg = NULL;
 	}
 	if (s->ud_ref) {
-		vbi_msg_put(ctx, s->ud_ref);
+		vbi_msg_put(s->ud_ref);
 		s->ud_ref = NULL;
 	}
 }
 
 /* Release outstanding entries oldest first, up to and including @upto
  * (every outstanding one when NULL). Caller holds the ring's lock. */
-void vbi_sring_release_upto(struct vb_ctx *ctx, struct vbi_sring *sr, struct vbi_sctx *upto)
+void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto)
 {
 	while (sr->outstanding) {
 		struct vbi_sctx *s = &sr->ctx[sr->tail];
 
-		sctx_release(ctx, s);
+		sctx_release(s);
 		if (s->signaled) {
 			s->signaled = false;
 			atomic_fetch_sub_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);

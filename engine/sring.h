@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The buffers of a lane (and of the UD endpoint), all in a device's
+ * registered pool (core/mempool): receive slots, send rings of send
+ * contexts (one per SQ entry, completed in order), and message descriptors
+ * that live at the start of their own pool block. Pure bookkeeping over the
+ * pool: no verbs call, no lock (the owner of each ring says which lock
+ * guards it: docs/architecture.md, "Who owns which state").
+ */
+#ifndef VERBUS_ENGINE_SRING_H
+#define VERBUS_ENGINE_SRING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/mempool.h"
+
+struct vbi_lane;
+struct vbi_devres;
+struct vb_pub;
+
+/* wr_id of every posted WR points at a struct starting with this. */
+enum vbi_wr_kind {
+	VBI_WR_RC_RECV = 1,
+	VBI_WR_RC_SEND,
+	VBI_WR_UD_RECV,
+	VBI_WR_UD_SEND,
+	VBI_WR_MC_RECV,          /* the multicast QP's receive slots (mcast.c) */
+};
+
+/* A receive slot: one registered buffer, posted again after use. */
+struct vbi_slot {
+	uint8_t kind;
+	struct vbi_lane *lane;   /* RC; NULL for UD */
+	struct vbi_buf buf;
+};
+
+/* A published message (ORDERED: in the retransmit window; FANOUT: until its
+ * datagrams completed). It lives at the start of its own registered pool
+ * block, [struct vbi_msg | pad to VBI_MSG_DESC | buf: wire header | payload],
+ * so a publish allocates once (vbi_msg_new) and the last reference frees
+ * the block (vbi_msg_put). */
+struct vbi_msg {
+	atomic_int refs;         /* window + send contexts still pointing at it */
+	struct vbi_buf buf;
+	struct vbi_devres *dr;   /* the device whose pool holds buf */
+	struct vbi_mempool *pool; /* that pool (vbi_msg_put frees the block there) */
+	uint32_t len;            /* payload bytes */
+	uint16_t flags;          /* wire flags of the whole message */
+	uint64_t seq;
+	const struct vb_pub *owner; /* the publisher that claimed it (commit/abort check) */
+};
+#define VBI_MSG_DESC ((sizeof(struct vbi_msg) + 63) & ~(size_t)63) /* buf stays 64-aligned */
+
+/* A send context: one per SQ entry. Batches are built in @buf; fragments
+ * of large messages use @hdr (registered) + a slice of @msg. */
+struct vbi_sctx {
+	uint8_t kind;
+	bool signaled;
+	struct vbi_lane *lane;   /* RC; NULL for UD */
+	struct vbi_buf buf;      /* batch buffer (slot_size) */
+	struct vbi_msg *msg;     /* ref held for a zero-copy fragment */
+	void *ud_ref;            /* UD: struct vbi_udmsg ref */
+	uint8_t *hdr;            /* 64 registered bytes for a fragment header */
+	uint32_t hdr_lkey;
+};
+
+/* A ring of send contexts the size of the SQ; completions are in order,
+ * so a completion for entry i releases every entry up to i. */
+struct vbi_sring {
+	struct vbi_sctx *ctx;
+	uint32_t n;              /* entries (== SQ depth) */
+	uint32_t head;           /* next to post */
+	uint32_t tail;           /* oldest outstanding */
+	atomic_uint outstanding;   /* written under the ring's lock; read
+				    * without it by busy heuristics */
+	uint32_t since_signal;
+	atomic_uint sig_inflight;  /* signaled WRs posted, not yet completed
+				    * (under the ring's lock; read without it
+				    * by the cork rule) */
+	struct vbi_buf hdr_area; /* n x 64 bytes */
+	struct vbi_mempool *pool; /* where the buffers came from */
+	size_t buf_size;         /* each batch buffer's bytes (vbi_sring_init) */
+};
+
+/* A ring of @n send contexts of @kind for @lane, each with a 64-byte
+ * registered header, the first @nbufs with a batch buffer of @buf_size
+ * bytes too, all from @pool. 0 or negative errno (nothing left behind). */
+int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, uint8_t kind,
+		   struct vbi_lane *lane, uint32_t nbufs, size_t buf_size);
+/* Batch buffers for the entries that have none yet: 0 or negative errno. */
+int vbi_sring_add_bufs(struct vbi_sring *sr);
+/* Release every entry and free the buffers; NULL-safe on a zeroed ring. */
+void vbi_sring_fini(struct vbi_sring *sr);
+/* Free receive slots' buffers (back to @pool) and the array; NULL-safe.
+ * Nothing may still be posted from them. */
+void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
+/* The next entry to post (the caller checked outstanding < n). */
+struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
+/* Undo vbi_sring_take() for an entry that was not posted. */
+void vbi_sring_untake(struct vbi_sring *sr);
+/* @s was posted signaled: counted in sig_inflight until released. */
+void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s);
+/* A completion for @upto: every entry up to it (all with NULL) is done;
+ * their message references are dropped. */
+void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto);
+/* Drop a reference; the last frees the message's block. */
+void vbi_msg_put(struct vbi_msg *m);
+/* A message with @need bytes of buffer in @pool, the pool of device @dr
+ * (one block holding the descriptor too), one reference; 0 or the pool's
+ * error (-EAGAIN at its cap, -ENODEV once the pool is detached, ...). */
+int vbi_msg_new(struct vbi_mempool *pool, struct vbi_devres *dr, size_t need,
+		struct vbi_msg **out);
+
+#endif
