@@ -45,7 +45,7 @@
 #include "bench/bench.h"
 #include "bench/clock.h"
 #include "bench/thread_cpu.h"
-#include "core/hist.h"
+#include "bench/hist.h"
 
 struct opts {
 	vb_class_t cls;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "core/hist.h"
+#include "bench/hist.h"
 
 static void test_buckets_cover_and_are_tight(void **state)
 {

@@ -9,8 +9,8 @@
  * Thread-safety: none; one histogram per thread, merge afterwards with
  * vbi_hist_merge().
  */
-#ifndef VERBUS_CORE_HIST_H
-#define VERBUS_CORE_HIST_H
+#ifndef VERBUS_BENCH_HIST_H
+#define VERBUS_BENCH_HIST_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "core/hist.h"
+#include "bench/hist.h"
 
 #include <string.h>
 
