@@ -24,7 +24,7 @@
 #include "bench/bench.h"
 #include "core/mempool.h"
 #include "transport/verbs/verbs_device.h"
-#include "transport/verbs/verbs_mr.h"
+#include "tests/common/verbs_mr.h"
 
 #define BATCH 16
 #define REPEAT 20

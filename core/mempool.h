@@ -8,8 +8,9 @@
  * freed extents are jemalloc's. See docs/mempool.md for the design and why.
  *
  * Registration goes through a callback table (struct vbi_mempool_reg_ops), so
- * this module never includes <infiniband/verbs.h>; transport/verbs/verbs_mr.h
- * implements it with ibv_reg_mr/ibv_dereg_mr.
+ * this module never includes <infiniband/verbs.h>; the library implements it
+ * over the transport's mr_reg/mr_dereg (api/src/ctx.c), the raw-verbs tests
+ * with ibv_reg_mr/ibv_dereg_mr (tests/common/verbs_mr.h).
  *
  * Thread-safety (synchronization table):
  *   vbi_mempool_alloc, _free, _lkey, _inflight_get/_put, _stats, _shrink:
@@ -38,8 +39,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Access bits for registrations; numerically equal to IBV_ACCESS_*
- * (transport/verbs/verbs_mr.c checks that at compile time). */
+/* Access bits for registrations; numerically equal to VBT_ACCESS_* and so to
+ * IBV_ACCESS_* (transport/transport.c and transport/verbs/verbs_transport.c
+ * check that at compile time). */
 #define VB_ACCESS_LOCAL_WRITE   (1u << 0)
 #define VB_ACCESS_REMOTE_WRITE  (1u << 1)
 #define VB_ACCESS_REMOTE_READ   (1u << 2)

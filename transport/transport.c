@@ -16,7 +16,15 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mempool.h"
 #include "core/qp_fsm.h"
+
+/* The pool registers with VB_ACCESS_* through mr_reg (VBT_ACCESS_*). */
+_Static_assert(VB_ACCESS_LOCAL_WRITE == VBT_ACCESS_LOCAL_WRITE &&
+		       VB_ACCESS_REMOTE_WRITE == VBT_ACCESS_REMOTE_WRITE &&
+		       VB_ACCESS_REMOTE_READ == VBT_ACCESS_REMOTE_READ &&
+		       VB_ACCESS_REMOTE_ATOMIC == VBT_ACCESS_REMOTE_ATOMIC,
+	       "mempool and transport access bits differ");
 
 /* rdma_cm's default UD Q_Key (RDMA_UDP_QKEY): never ours. */
 #define VBT_DEFAULT_QKEY 0x01234567u

@@ -25,7 +25,7 @@
 #include "core/mempool.h"
 #include "tests/common/rxe_env.h"
 #include "transport/verbs/verbs_device.h"
-#include "transport/verbs/verbs_mr.h"
+#include "tests/common/verbs_mr.h"
 
 #define MiB ((size_t)1 << 20)
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "transport/verbs/verbs_mr.h"
+#include "tests/common/verbs_mr.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The mempool's registration callbacks on libibverbs: ibv_reg_mr and
- * ibv_dereg_mr on a protection domain. The callback context is the
+ * For the tests and benchmarks that drive raw libibverbs (mempool_rxe_test,
+ * vb_bench mempool): the mempool's registration callbacks straight on
+ * ibv_reg_mr and ibv_dereg_mr on a protection domain. The library registers
+ * through the transport's ops table instead (api/src/ctx.c, pool_reg). The callback context is the
  * struct ibv_pd *, which must outlive every pool created on it.
  *
  * Thread-safety: the ops may run concurrently from any thread (ibv_reg_mr and
@@ -9,8 +11,8 @@
  * vbi_mempool_create.
  * Return codes: 0 or a negative errno with vb_errmsg() set.
  */
-#ifndef VERBUS_TRANSPORT_VERBS_MR_H
-#define VERBUS_TRANSPORT_VERBS_MR_H
+#ifndef VERBUS_TESTS_COMMON_VERBS_MR_H
+#define VERBUS_TESTS_COMMON_VERBS_MR_H
 
 #include <infiniband/verbs.h>
 
