@@ -27,8 +27,9 @@ uint64_t vbi_mono_ns(void)
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
-static double tsc_per_ns;
+static double ns_per_tsc;
 static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
+static int tsc_ready; /* set (release) once ns_per_tsc is final */
 
 static void tsc_calibrate(void)
 {
@@ -39,14 +40,17 @@ static void tsc_calibrate(void)
 	n1 = vbi_mono_ns();
 	t1 = __rdtsc();
 	if (n1 > n0 && t1 > t0)
-		tsc_per_ns = (double)(t1 - t0) / (double)(n1 - n0);
+		ns_per_tsc = (double)(n1 - n0) / (double)(t1 - t0);
+	__atomic_store_n(&tsc_ready, 1, __ATOMIC_RELEASE);
 }
 
 uint64_t vbi_now_ns(void)
 {
-	pthread_once(&tsc_once, tsc_calibrate);
-	if (tsc_per_ns > 0)
-		return (uint64_t)((double)__rdtsc() / tsc_per_ns);
+	/* every progress round reads this: no pthread_once call once ready */
+	if (!__atomic_load_n(&tsc_ready, __ATOMIC_ACQUIRE))
+		pthread_once(&tsc_once, tsc_calibrate);
+	if (ns_per_tsc > 0)
+		return (uint64_t)((double)__rdtsc() * ns_per_tsc);
 	return vbi_mono_ns();
 }
 #else

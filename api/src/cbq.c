@@ -241,6 +241,10 @@ void vbi_cb_flush(struct vb_ctx *ctx)
 
 	if (ctx->cb_depth) /* a callback reached a receive path: the outer flush runs it */
 		return;
+	/* the empty poll's case: nothing queued, no event, nothing to free */
+	if (!ctx->cbq_n && !ctx->cb_zombies &&
+	    !atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
+		return;
 	ctx->cb_depth++;
 	cb_ctx = ctx;
 	events_flush(ctx);

@@ -385,7 +385,9 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 {
 	bool any = false;
 
-	if (!atomic_exchange(&ctx->fail_pending, false))
+	/* a plain load first: the exchange is a locked write on every poll */
+	if (!atomic_load_explicit(&ctx->fail_pending, memory_order_relaxed) ||
+	    !atomic_exchange(&ctx->fail_pending, false))
 		return;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {

@@ -214,6 +214,7 @@ static void dev_reap(struct vb_ctx *ctx)
 
 int vbi_progress_once(struct vb_ctx *ctx)
 {
+	uint64_t now;
 	int n = 0;
 
 	if (atomic_load_explicit(&ctx->dev_removing, memory_order_relaxed))
@@ -236,23 +237,25 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
 	 * changes no credit, ring or receive state, so all it can find due
 	 * is a timer (ms scale). This keeps an empty poll to the CQ reads. */
-	{
-		uint64_t now = vbi_now_ns();
-
-		if (n > 0 || atomic_exchange(&ctx->kick, false) ||
-		    now - ctx->after_poll_ns >= AFTER_POLL_NS) {
-			ctx->after_poll_ns = now;
-			for_each_peer_after_poll(ctx, n == 0);
-		}
+	now = vbi_now_ns();
+	if (n > 0 ||
+	    (atomic_load_explicit(&ctx->kick, memory_order_relaxed) &&
+	     atomic_exchange(&ctx->kick, false)) ||
+	    now - ctx->after_poll_ns >= AFTER_POLL_NS) {
+		ctx->after_poll_ns = now;
+		for_each_peer_after_poll(ctx, n == 0);
 	}
 	vbi_pub_fanout_flush(ctx, n == 0);
-	vbi_pub_slow_check(ctx);
-	if (n == 0) {
-		uint64_t now = vbi_now_ms();
+	vbi_pub_slow_check(ctx, now);
+	/* heartbeats in their own (coarse ms) clock, looked at every 20 ms
+	 * of this round's clock: an empty poll reads one clock, not two */
+	if (n == 0 && now - ctx->hb_check_ns >= 20000000ull) {
+		uint64_t now_ms = vbi_now_ms();
 
-		if (now - ctx->last_hb_ms >= 20) {
-			ctx->last_hb_ms = now;
-			vbi_pub_heartbeats(ctx, now);
+		ctx->hb_check_ns = now;
+		if (now_ms - ctx->last_hb_ms >= 20) {
+			ctx->last_hb_ms = now_ms;
+			vbi_pub_heartbeats(ctx, now_ms);
 		}
 	}
 	return n;

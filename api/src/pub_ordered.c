@@ -465,10 +465,8 @@ static void slow_send_ends(struct vb_pub *pub)
 	}
 }
 
-void vbi_pub_slow_check(struct vb_ctx *ctx)
+void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 {
-	uint64_t now = vbi_now_ns();
-
 	if (now - ctx->slow_check_ns < SLOW_CHECK_NS)
 		return;
 	ctx->slow_check_ns = now;

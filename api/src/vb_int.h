@@ -453,6 +453,7 @@ struct vb_ctx {
 	atomic_uint idle_polls;       /* APP mode: empty polls (vb_progress yields every 64th) */
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
+	uint64_t hb_check_ns;      /* progress: last look at last_hb_ms (vbi_now_ns) */
 	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
 				     * complete (or for ring space) */
 	bool cork;                  /* attr.batch: cork batching on */
@@ -670,7 +671,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
 /* Progress thread, no lock held: VB_SLOW_CUT publishers cut subscribers
  * stalled for their slow_sub_ms and send the END frames owed (every 10 ms). */
-void vbi_pub_slow_check(struct vb_ctx *ctx);
+void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now_ns); /* now_ns: vbi_now_ns() */
 
 int vbi_check_topic(const char *topic);
 
