@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 #include <time.h>
 
 #include "api/src/vb_int.h"
+#include "core/err.h"
 #include "core/log.h"
 
 /* The context whose callbacks this thread is running (NULL: none). */
@@ -42,6 +44,42 @@ static _Thread_local struct vb_ctx *cb_ctx;
 bool vbi_in_callback(const struct vb_ctx *ctx)
 {
 	return cb_ctx == ctx;
+}
+
+/* VERBUS_TEST_CBQ_ENOMEM=N: the Nth vbi_cb_reserve() of the process fails
+ * (once), as if memory ran out: how the tests reach that path. */
+static bool test_reserve_fails(void)
+{
+	static _Atomic long n = -1;
+	long v = atomic_load_explicit(&n, memory_order_relaxed);
+
+	if (v < 0) {
+		const char *e = getenv("VERBUS_TEST_CBQ_ENOMEM");
+
+		v = e && *e ? strtol(e, NULL, 10) : 0;
+		if (v < 0)
+			v = 0;
+		atomic_store_explicit(&n, v, memory_order_relaxed);
+	}
+	return v > 0 && atomic_fetch_sub_explicit(&n, 1, memory_order_relaxed) == 1;
+}
+
+int vbi_cb_reserve(struct vb_ctx *ctx, size_t more)
+{
+	size_t want = (size_t)ctx->cbq_n + more, cap = ctx->cbq_cap ? ctx->cbq_cap : 64;
+	struct vbi_cb *q;
+
+	if (test_reserve_fails())
+		return vbi_err(-ENOMEM, "callback queue: no memory (VERBUS_TEST_CBQ_ENOMEM)");
+	if (want <= ctx->cbq_cap)
+		return 0;
+	while (cap < want)
+		cap *= 2;
+	if (cap > UINT_MAX || !(q = realloc(ctx->cbq, cap * sizeof(*q))))
+		return vbi_err(-ENOMEM, "callback queue of %zu entries: no memory", cap);
+	ctx->cbq = q;
+	ctx->cbq_cap = (unsigned)cap;
+	return 0;
 }
 
 static struct vbi_cb *cbq_push(struct vb_ctx *ctx)

@@ -348,6 +348,22 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		}
 		return;
 	}
+	if (atomic_load(&l->rx_lost))
+		return; /* the lane fails over: nothing after the lost SEND is used */
+	/* Room to queue every delivery the SEND may hold, before any lock:
+	 * queuing cannot fail under them (no callback ever runs there). With
+	 * no memory the SEND is not used and the lane fails over: the peer
+	 * sends again what we did not acknowledge (ORDERED: exactly once). */
+	if (byte_len && vbi_cb_reserve(ctx, VBI_CB_FOR_BYTES(byte_len))) {
+		struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+					     "no memory to queue deliveries" };
+
+		vbi_error("lane %u: a received SEND of %u bytes not used: %s", l->id, byte_len,
+			  vbi_errmsg());
+		atomic_store(&l->rx_lost, true);
+		vbi_lane_report(l, v, "no memory to queue deliveries");
+		return;
+	}
 	if (bound)
 		pthread_rwlock_rdlock(&node->lock);
 	else

@@ -267,15 +267,14 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	 * acknowledged there, after the callback (urgently when asked) */
 	if (!vbi_cb_queue_msg(sub, r->peer ? r : NULL, &msg, owned, h->flags & VBI_WF_ACK_REQ))
 		return true;
-	/* No memory to queue it (a few KiB): delivered here, under the lock,
-	 * rather than lost. */
-	vbi_error("'%s' seq %llu: no memory to queue the delivery: delivered under the node "
-		  "lock", sub->topic, (unsigned long long)h->seq);
-	atomic_fetch_add(&sub->delivered, 1);
-	atomic_fetch_add_explicit(&ctx->st.delivered, 1, memory_order_relaxed);
-	sub->attr.on_msg(sub, &msg, sub->attr.arg);
-	if (r->peer)
-		vbi_sub_delivered(r, h->seq, h->flags & VBI_WF_ACK_REQ);
+	/* Cannot happen: the receive path reserved room for every delivery of
+	 * the buffer (vbi_cb_reserve) before taking the locks. Never a
+	 * callback here, under the node lock (a callback may create or
+	 * destroy: a self-deadlock). Counted as lost (the stream has moved
+	 * past it). */
+	vbi_error("'%s' seq %llu: no room in the callback queue: not delivered", sub->topic,
+		  (unsigned long long)h->seq);
+	atomic_fetch_add(&sub->lost, 1);
 	return false;
 }
 

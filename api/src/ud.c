@@ -187,6 +187,21 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 	}
 
 	pthread_mutex_lock(&ctx->lock);
+	{
+		/* room for every delivery, to each node (see vbi_lane_rc_recv);
+		 * with no memory the datagram is dropped: a FANOUT loss, which
+		 * the subscribers' next datagram reports as a gap */
+		size_t nodes = 0;
+
+		for (struct vb_node *n = ctx->nodes; n; n = n->next)
+			nodes++;
+		if (len && vbi_cb_reserve(ctx, VBI_CB_FOR_BYTES(len) * (nodes ? nodes : 1))) {
+			pthread_mutex_unlock(&ctx->lock);
+			vbi_error("a datagram of %u bytes dropped: %s", len, vbi_errmsg());
+			vbi_ud_repost(ctx, slot);
+			return;
+		}
+	}
 	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (r < 0) {

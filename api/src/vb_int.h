@@ -216,6 +216,11 @@ struct vbi_lane {
 	uint32_t epoch;          /* path epoch it was published with */
 	atomic_bool dead;        /* failed or being retired: no more posts */
 	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
+	atomic_bool rx_lost;     /* a received SEND could not be dispatched (no
+				  * memory to queue its deliveries): nothing
+				  * later on it is, the lane fails over and the
+				  * peer sends again what we did not acknowledge
+				  * (progress thread) */
 	atomic_bool retiring;    /* on node->retire (once) */
 	atomic_bool in_setup;    /* the thread accepting or connecting it still
 				  * uses it (the peer's HELLO can bind it before
@@ -539,6 +544,12 @@ int vbi_cb_queue_msg(struct vb_sub *sub, struct vbi_rxs *r, const vb_msg_t *m, v
 int vbi_cb_queue_gap(struct vb_sub *sub, uint32_t session, uint64_t lost, uint64_t next);
 int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked);
 int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint64_t last);
+/* Room for @more entries, made before a receive buffer is dispatched so
+ * that queuing its deliveries cannot fail under the locks (progress
+ * thread). 0 or -ENOMEM. At most 2 entries per 4 bytes of frames (a
+ * record and a gap), per node the buffer reaches: VBI_CB_FOR_BYTES. */
+int vbi_cb_reserve(struct vb_ctx *ctx, size_t more);
+#define VBI_CB_FOR_BYTES(len) ((size_t)(len) / 2 + 2)
 /* Run what is queued, and the events: the progress thread, no lock held. */
 void vbi_cb_flush(struct vb_ctx *ctx);
 /* True on the thread running @ctx's callbacks (inside one of them). */
