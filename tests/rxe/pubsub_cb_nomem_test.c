@@ -12,7 +12,8 @@
  *
  * A subscriber process whose VERBUS_TEST_CBQ_ENOMEM makes its 40th
  * reservation fail (as if memory ran out) receives ORDERED self-checking
- * messages; its callback creates and destroys a second subscriber every
+ * messages, the first 100 one SEND each (so that the 40th comes among
+ * them at any VERBUS_TEST_SCALE); its callback creates and destroys a second subscriber every
  * 100th message (allowed from a callback: verbus.h). Asserted: every
  * message delivered exactly once, in order, intact; the subscriber's
  * context counted a failover or a rebuild; the publisher's last message is
@@ -42,6 +43,7 @@
 #define TOPIC "nomem.orders"
 #define ST 9u
 #define WAIT_MS 60000
+#define PACED 100 /* messages sent one at a time first (not scaled) */
 
 static uint64_t n_msgs;
 static int port_pipe[2];
@@ -194,6 +196,11 @@ static void test_cb_nomem(void **state)
 	for (uint64_t i = 0; i < n_msgs; i++) {
 		size_t len = msg_len(i);
 
+		/* the first PACED messages one SEND each (1 ms apart): the 40th
+		 * reservation falls among them whatever VERBUS_TEST_SCALE is */
+		if (i < PACED)
+			usleep(1000);
+
 		vbt_msg_fill(buf, len, ST, i);
 		for (t0 = vbt_now_ms(); (rc = vb_publish(pub, buf, len, &seq)) == -EAGAIN;
 		     usleep(200))
@@ -242,6 +249,6 @@ int main(void)
 
 	vbt_require_device();
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	n_msgs = vbt_scaled(3000);
+	n_msgs = PACED + vbt_scaled(3000);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
