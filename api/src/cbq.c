@@ -64,13 +64,12 @@ static bool test_reserve_fails(void)
 	return v > 0 && atomic_fetch_sub_explicit(&n, 1, memory_order_relaxed) == 1;
 }
 
-int vbi_cb_reserve(struct vb_ctx *ctx, size_t more)
+/* Capacity for @want entries (doubling from 64): 0 or -ENOMEM. */
+static int cbq_grow(struct vb_ctx *ctx, size_t want)
 {
-	size_t want = (size_t)ctx->cbq_n + more, cap = ctx->cbq_cap ? ctx->cbq_cap : 64;
+	size_t cap = ctx->cbq_cap ? ctx->cbq_cap : 64;
 	struct vbi_cb *q;
 
-	if (test_reserve_fails())
-		return vbi_err(-ENOMEM, "callback queue: no memory (VERBUS_TEST_CBQ_ENOMEM)");
 	if (want <= ctx->cbq_cap)
 		return 0;
 	while (cap < want)
@@ -82,17 +81,17 @@ int vbi_cb_reserve(struct vb_ctx *ctx, size_t more)
 	return 0;
 }
 
+int vbi_cb_reserve(struct vb_ctx *ctx, size_t more)
+{
+	if (test_reserve_fails())
+		return vbi_err(-ENOMEM, "callback queue: no memory (VERBUS_TEST_CBQ_ENOMEM)");
+	return cbq_grow(ctx, (size_t)ctx->cbq_n + more);
+}
+
 static struct vbi_cb *cbq_push(struct vb_ctx *ctx)
 {
-	if (ctx->cbq_n == ctx->cbq_cap) {
-		unsigned cap = ctx->cbq_cap ? ctx->cbq_cap * 2 : 64;
-		struct vbi_cb *q = realloc(ctx->cbq, cap * sizeof(*q));
-
-		if (!q)
-			return NULL;
-		ctx->cbq = q;
-		ctx->cbq_cap = cap;
-	}
+	if (cbq_grow(ctx, (size_t)ctx->cbq_n + 1))
+		return NULL;
 	return &ctx->cbq[ctx->cbq_n++];
 }
 
