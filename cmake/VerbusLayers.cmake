@@ -2,7 +2,7 @@
 # One target per layer, dependencies pointing down only (docs/architecture.md,
 # "Layers and how they are checked"):
 #   verbus_core (core/) < verbus_transport (transport/) < verbus_engine
-#   (engine/) < [proto/, reserved] < verbus_api (api/)
+#   (engine/) < verbus_proto (proto/) < verbus_api (api/)
 #
 # verbus_layer(<target> <dir>) gives <target> the include root of its layer:
 # a directory in the build tree holding one symbolic link, <dir> -> the

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "core/log.h"
 
 #include <pthread.h>
@@ -88,4 +89,9 @@ void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	s->fn(level, func, line, msg, s->arg);
+}
+
+void vbi_thread_name(pthread_t t, const char *name)
+{
+	(void)pthread_setname_np(t, name); /* 15 characters at most */
 }

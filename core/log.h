@@ -12,6 +12,8 @@
 #ifndef VERBUS_CORE_LOG_H
 #define VERBUS_CORE_LOG_H
 
+#include <pthread.h>
+
 enum vbi_log_level {
 	VBI_LOG_ERROR = 0,
 	VBI_LOG_WARN = 1,
@@ -32,6 +34,9 @@ int vbi_log_level(void);
 const char *vbi_log_level_name(int level);
 void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* Name a library thread (what ps, top, perf and the logs' readers see):
+ * "vb-progress", "vb-maint", "vb-accept". Best effort; any thread. */
+void vbi_thread_name(pthread_t t, const char *name);
 
 #define vbi_log(lvl, ...)                                                         \
 	do {                                                                     \

@@ -9,7 +9,7 @@
  *
  * Registration goes through a callback table (struct vbi_mempool_reg_ops), so
  * this module never includes <infiniband/verbs.h>; the library implements it
- * over the transport's mr_reg/mr_dereg (api/src/ctx.c), the raw-verbs tests
+ * over the transport's mr_reg/mr_dereg (proto/ctx.c), the raw-verbs tests
  * with ibv_reg_mr/ibv_dereg_mr (tests/common/verbs_mr.h).
  *
  * Thread-safety (synchronization table):

@@ -3,7 +3,7 @@
  * RCU read side and grace periods for every layer: liburcu, memb flavour
  * (<urcu/urcu-memb.h>): readers only bump a per-thread counter. Users:
  * core/path (lanes read under the read lock), the library's lanes and
- * publishers (api/src: a retired lane's QP is destroyed or recycled only
+ * publishers (proto: a retired lane's QP is destroyed or recycled only
  * after a grace period).
  *
  * Every thread that reads under the lock or waits for a grace period must be

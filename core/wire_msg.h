@@ -6,7 +6,7 @@
  * the pure protocol rules the library applies to them (LANE numbering and
  * epochs, credit returns). docs/wire.md describes every format and rule.
  *
- * These are the functions api/src calls on received bytes (peer_frames.c,
+ * These are the functions proto calls on received bytes (peer_frames.c,
  * lane_hello.c, lane.c, ud.c, auth.c, sub.c) and the encoders it sends
  * with; tests/fuzz feeds them the same way. Nothing here touches verbs objects or api/ state.
  *

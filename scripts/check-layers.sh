@@ -3,8 +3,13 @@
 # The layer check (ctest layers_test, docs/architecture.md "Layers and how
 # they are checked"): dependencies point down only,
 #
-#   core 0  <  transport 1  <  engine 2  <  proto 3 (reserved)  <  api 4
+#   core 0  <  transport 1  <  engine 2  <  proto 3  <  api 4
 #
+# The public header (api/include/verbus/verbus.h) is the contract proto/
+# implements (its types: attributes, messages, statistics, events): it ranks
+# with proto (layer 3), so proto and api may include it and nothing below
+# may. The functions it declares are the facade's (api/src): a call to one
+# from proto is an upward call (2.).
 #   scripts/check-layers.sh SRC_DIR [BUILD_DIR]
 #
 # 1. includes: every #include "..." (and #include <verbus/...>, the public
@@ -40,11 +45,13 @@ problem() { echo "check-layers: $*"; fail=1; }
 layer_of() {
 	case $1 in
 	core/*) echo core ;; transport/*) echo transport ;; engine/*) echo engine ;;
-	proto/*) echo proto ;; api/src/* | api/include/*) echo api ;; *) echo "" ;;
+	proto/*) echo proto ;; api/include/*) echo public ;; api/src/*) echo api ;;
+	*) echo "" ;;
 	esac
 }
 rank_of() {
 	local i=0 l
+	[ "$1" = public ] && set -- proto # the contract ranks with proto
 	for l in $LAYERS; do
 		[ "$l" = "$1" ] && { echo $i; return; }
 		i=$((i + 1))
@@ -129,7 +136,7 @@ if [ -n "$build" ]; then
 	for l in $LAYERS; do
 		list=$build/layers/$l.objects
 		if [ ! -f "$list" ]; then
-			# a layer with sources must have a target (proto: reserved)
+			# a layer with sources must have a target
 			if [ -d "$src/$l" ]; then problem "no $list: configure $build with CMake first"; fi
 			continue
 		fi

@@ -1,219 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Nodes and their peers: RC connections (librdmacm through the transport),
- * peers' allocation, failure and reaping, listening and accepting,
- * connecting (and the backup address), and teardown with a full drain. The
- * control protocol is in lane_hello.c (HELLO) and peer_frames.c (SUB,
- * receive dispatch, credits and acknowledgements).
+ * The node's public functions (facade): attributes, argument checks and
+ * address parsing. Nodes, their listeners, peers and connections are
+ * proto/node.c; the diagnostic entry points proto/node_diag.c.
  */
-#include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/socket.h>
 
-#include "api/src/vb_int.h"
-#include "core/clock.h"
+#include "proto/proto.h"
 #include "core/err.h"
-#include "core/log.h"
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* ---- peers -------------------------------------------------------------------------------- */
-
-struct vbi_peer *vbi_peer_alloc(struct vb_node *node)
-{
-	struct vbi_peer *p = calloc(1, sizeof(*p));
-
-	if (!p) {
-		vbi_err(-ENOMEM, "peer");
-		return NULL;
-	}
-	p->node = node;
-	pthread_mutex_init(&p->txlock, NULL);
-	snprintf(p->name, sizeof(p->name), "?");
-	p->next_lane_id = 1;
-	if (vbi_peer_init_path(p)) {
-		pthread_mutex_destroy(&p->txlock);
-		free(p);
-		return NULL;
-	}
-	return p;
-}
-
-/* Every lane must be gone (vbi_lane_destroy_now) before. */
-void vbi_peer_free(struct vbi_peer *p)
-{
-	struct vb_ctx *ctx = p->node->ctx;
-
-	if (p->ah)
-		ctx->ops->ah_destroy(p->ah);
-	while (p->rsubs) {
-		struct vbi_rsub *r = p->rsubs;
-
-		p->rsubs = r->next;
-		free(r);
-	}
-	vbi_path_fini(&p->path);
-	pthread_mutex_destroy(&p->txlock);
-	free(p);
-}
-
-/*
- * Peer reaping (maintenance thread, each round). A peer given up or closed
- * (dead) goes with everything it holds, so a node that sees peers come and
- * go for weeks keeps its QP, MR and memory counts and max_peers counts
- * only live peers:
- *  1. every lane of it is retired (active, standby, probe, any other):
- *     maint_retire drains and destroys them in this or a later round;
- *  2. once it has no lane left (so no completion or callback refers to it)
- *     and no backup switch is pending for it, it is unlinked from the node
- *     under the node's write lock, with its publisher attachments and its
- *     ORDERED receive streams;
- *  3. after an RCU grace period (publishing threads read peers in a
- *     read-side section, vb_pub_commit) it is freed and its max_peers slot
- *     given back.
- */
-static void reap_detach(struct vb_node *node, struct vbi_peer *p)
-{
-	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
-		pthread_mutex_lock(&pub->lock);
-		for (struct vbi_pubpeer **q = &pub->peers; *q;) {
-			struct vbi_pubpeer *pp = *q;
-
-			if (pp->peer != p) {
-				q = &pp->next_in_pub;
-				continue;
-			}
-			*q = pp->next_in_pub;
-			pub->npeers--;
-			free(pp);
-		}
-		pthread_mutex_unlock(&pub->lock);
-	}
-	p->pubs = NULL;
-	p->rr = NULL;
-	vbi_sub_drop_peer(node, p);
-}
-
-void vbi_node_reap(struct vb_node *node)
-{
-	struct vb_ctx *ctx = node->ctx;
-
-	for (;;) {
-		struct vbi_peer *victim = NULL;
-
-		pthread_rwlock_wrlock(&node->lock);
-		for (struct vbi_peer **q = &node->peers; *q; q = &(*q)->next) {
-			struct vbi_peer *p = *q;
-			bool gone;
-
-			if (atomic_load(&p->alt_pending))
-				continue;
-			pthread_mutex_lock(&p->txlock);
-			if (!p->dead) {
-				pthread_mutex_unlock(&p->txlock);
-				continue;
-			}
-			for (struct vbi_lane *l = p->lanes; l; l = l->next)
-				if (!atomic_load(&l->retiring))
-					vbi_lane_retire(l);
-			vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
-			vbi_path_take_standby(&p->path);
-			p->probe = NULL;
-			gone = !p->lanes;
-			pthread_mutex_unlock(&p->txlock);
-			if (!gone)
-				continue;
-			*q = p->next;
-			reap_detach(node, p);
-			victim = p;
-			break;
-		}
-		pthread_rwlock_unlock(&node->lock);
-		if (!victim)
-			return;
-		vbi_rcu_synchronize(); /* publishers that picked it as a target are done */
-		vbi_info("peer '%s' reaped", victim->name);
-		vbi_peer_free(victim);
-		vbi_ctx_put_peer(ctx);
-		atomic_fetch_add(&ctx->st.peers_reaped, 1);
-	}
-}
-
-/* Tell a live peer we are closing (so it does not take the silence for a
- * failure), and give the BYE up to 200 ms to leave. */
-static void peer_say_bye(struct vbi_peer *p)
-{
-	uint8_t buf[VBI_WIRE_HDR_LEN];
-	struct vbi_wire_hdr h = { .type = VBI_WT_BYE };
-	uint64_t t0 = now_ms();
-	struct vbi_lane *l;
-	int rc;
-
-	vbi_wire_put(buf, &h);
-	pthread_mutex_lock(&p->txlock);
-	l = vbi_path_lane(&p->path);
-	rc = p->up && !p->dead && l ? vbi_peer_send_ctrl(p, buf, sizeof(buf)) : -ENOTCONN;
-	pthread_mutex_unlock(&p->txlock);
-	if (rc)
-		return;
-	for (;;) {
-		uint32_t out;
-
-		pthread_mutex_lock(&p->txlock);
-		out = l->sr.outstanding;
-		pthread_mutex_unlock(&p->txlock);
-		if (!out || now_ms() - t0 > 200)
-			break;
-		vbi_progress_or_nap(p->node->ctx);
-	}
-}
-
-/* The peer is gone for good (closed, or no lane could be had): its cursors
- * stop holding the windows back. */
-void vbi_peer_failed(struct vbi_peer *p, const char *why)
-{
-	bool was;
-	struct vbi_lane *old;
-
-	pthread_mutex_lock(&p->txlock);
-	was = p->dead;
-	p->dead = true;
-	old = vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
-	if (old)
-		vbi_lane_retire(old);
-	pthread_mutex_unlock(&p->txlock);
-	if (was || p->closing)
-		return;
-	if (p->up) {
-		p->up = false;
-		__atomic_fetch_sub(&p->node->npeers_up, 1, __ATOMIC_RELAXED);
-	}
-	vbi_pub_detach_peer(p);
-	if (p->remote_closed)
-		vbi_info("connection to '%s': %s", p->name, why);
-	else
-		vbi_warn("connection to '%s' failed: %s", p->name, why);
-	vbi_event(p->node->ctx, VB_EV_PEER_DOWN, p->name, "%s", why);
-	if (p->alt_addr.ss_family && !atomic_load(&p->node->stop)) {
-		atomic_store(&p->alt_pending, true);
-		vbi_maint_kick(p->node);
-	}
-}
-
-/* ---- nodes ------------------------------------------------------------------------------- */
 
 void vb_node_attr_init(vb_node_attr_t *a)
 {
@@ -224,278 +21,21 @@ void vb_node_attr_init(vb_node_attr_t *a)
 	a->name = n && *n ? n : "verbus";
 }
 
-static int make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
-{
-	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-
-	memset(ss, 0, sizeof(*ss));
-	if (inet_pton(AF_INET, ip, &s4->sin_addr) == 1) {
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons(port);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1) {
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons(port);
-		return 0;
-	}
-	return vbi_err(-EINVAL, "'%s' is not an IPv4 or IPv6 address", ip);
-}
-
-/* Close listener @idx (its accept thread joined, or that thread itself). */
-static void listener_drop(struct vb_node *node, unsigned idx)
-{
-	if (!node->listener[idx])
-		return;
-	atomic_store(&node->lport[idx], 0);
-	node->ctx->ops->listener_close(node->listener[idx]);
-	node->listener[idx] = NULL;
-	atomic_fetch_sub(&node->ctx->dr[idx == 1 ? 1 : 0].nlisteners, 1);
-}
-
-/*
- * Accept connections on listener @idx: each becomes a lane, pending until
- * its HELLO says which peer it belongs to (a new one, or a standby /
- * replacement for a known one).
- */
-/*
- * Half-open connections (accepted, no valid HELLO yet) hold a QP and
- * VBI_LEAN_SLOTS receive slots each. At most max_pending of them per node:
- * past it the oldest (the list's tail) is dropped, so a flood of them
- * cannot keep a real peer out; vbi_node_pending_expire() drops those older
- * than cm_timeout_ms. node->lock held for writing.
- */
-static void pending_cap(struct vb_node *node)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_lane *oldest = NULL;
-	unsigned n = 0;
-
-	for (struct vbi_lane *l = node->pending; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd) && !l->refused_ns) {
-			n++;
-			oldest = l;
-		}
-	if (n <= ctx->attr.max_pending || !oldest)
-		return;
-	atomic_fetch_add(&ctx->st.pending_dropped, 1);
-	vbi_info("node '%s': %u connections without a HELLO (max_pending %u): the oldest "
-		 "(QP %u) dropped", node->name, n, ctx->attr.max_pending, oldest->qp->qpn);
-	vbi_lane_retire(oldest);
-}
-
-void vbi_node_pending_expire(struct vb_node *node)
-{
-	struct vb_ctx *ctx = node->ctx;
-	uint64_t now = vbi_mono_ns(), limit = (uint64_t)ctx->attr.cm_timeout_ms * 1000000ull;
-
-	pthread_rwlock_rdlock(&node->lock);
-	for (struct vbi_lane *l = node->pending; l; l = l->next) {
-		if (atomic_load(&l->dead) || atomic_load(&l->in_setup))
-			continue;
-		if (l->refused_ns) { /* its BYE went (or 1 s passed): close it */
-			uint32_t out;
-
-			pthread_mutex_lock(l->lk);
-			out = l->sr.outstanding;
-			pthread_mutex_unlock(l->lk);
-			if (!out || now - l->refused_ns > 1000000000ull)
-				vbi_lane_retire(l);
-			continue;
-		}
-		if (l->accepted_ns && now - l->accepted_ns > limit) {
-			atomic_fetch_add(&ctx->st.pending_dropped, 1);
-			vbi_warn("node '%s': a connection sent no HELLO within %d ms: dropped (QP %u)",
-				 node->name, ctx->attr.cm_timeout_ms, l->qp->qpn);
-			vbi_lane_retire(l);
-		}
-	}
-	pthread_rwlock_unlock(&node->lock);
-}
-
-static void accept_loop(struct vb_node *node, unsigned idx)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
-	enum vb_qp_type mode = node->listener[idx]->type;
-	struct vbt_conn_param cp = ctx->cp;
-	struct vbi_lane *l = NULL;
-
-	/* Wait for requests in short slices so stop is noticed; the handshake
-	 * steps after a request keep the full cm_timeout_ms. */
-	cp.accept_wait_ms = 500;
-	while (!atomic_load(&node->stop) && !atomic_load(&dr->removed)) {
-		int rc;
-
-		if (!l && vbi_lane_new(node, dr, mode, true, &l)) {
-			vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
-			struct timespec ts = { 0, 100000000 };
-
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		atomic_store(&l->in_setup, true);
-		rc = ctx->ops->accept(node->listener[idx], l->qp, &cp, &l->conn);
-		if (rc == -ETIMEDOUT && vbt_qp_state(l->qp) == VB_QPS_INIT)
-			continue;
-		if (rc) {
-			if (!atomic_load(&node->stop))
-				vbi_warn("accept failed: %s", vbi_errmsg());
-			vbi_lane_destroy_now(l);
-			l = NULL;
-			continue;
-		}
-		/* The peer's HELLO may have been processed already (it can
-		 * arrive as soon as our QP is in RTR): then it is bound. Our
-		 * HELLO answers it, from the progress thread, once the lane is
-		 * bound (one thread, one lock: the lane's lock changes then). */
-		atomic_store(&l->conn_ready, true); /* UD: its HELLO may be answered */
-		vbi_ctx_kick(node->ctx);
-		l->accepted_ns = vbi_mono_ns();
-		pthread_rwlock_wrlock(&node->lock);
-		if (!l->peer) {
-			l->next = node->pending;
-			node->pending = l;
-			pending_cap(node);
-		}
-		pthread_rwlock_unlock(&node->lock);
-		atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
-		l = NULL;
-	}
-	if (l)
-		vbi_lane_destroy_now(l);
-	if (atomic_load(&dr->removed) && !atomic_load(&node->stop)) {
-		/* its rdma_cm id pins the device: let the removal finish */
-		vbi_info("node '%s': %s listener on %s closed (device removed)", node->name,
-			 vbi_path_mode_name(mode), dr->name);
-		listener_drop(node, idx);
-	}
-}
-
-static void *accept_main0(void *arg)
-{
-	accept_loop(arg, 0);
-	return NULL;
-}
-
-static void *accept_main1(void *arg)
-{
-	accept_loop(arg, 1);
-	return NULL;
-}
-
-static void *accept_main2(void *arg)
-{
-	accept_loop(arg, 2);
-	return NULL;
-}
-
-static void *accept_main3(void *arg)
-{
-	accept_loop(arg, 3);
-	return NULL;
-}
-
-/* Listener @idx: 0 RC on the primary device, 1 RC on the standby device,
- * 2 UC and 3 UD on the primary device (any port: announced in HELLO). */
-static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
-{
-	static void *(*const mains[4])(void *) = { accept_main0, accept_main1, accept_main2,
-						   accept_main3 };
-	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
-	struct sockaddr_storage ss;
-	int rc;
-
-	if (atomic_load(&dr->removed))
-		return vbi_err(-ENODEV, "%s was removed", dr->name);
-	rc = make_addr(ip, port, &ss);
-	if (!rc)
-		rc = ctx->ops->listen(dr->dev, types[idx], (struct sockaddr *)&ss,
-				      &node->listener[idx]);
-	if (rc)
-		return rc;
-	atomic_fetch_add(&dr->nlisteners, 1);
-	atomic_store(&node->lport[idx], node->listener[idx]->port);
-	if (idx == 1) {
-		node->sb_listen = ss;
-		if (ss.ss_family == AF_INET)
-			((struct sockaddr_in *)&node->sb_listen)->sin_port =
-				htons(node->listener[1]->port);
-		else
-			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
-				htons(node->listener[1]->port);
-	}
-	rc = -pthread_create(&node->accept_thread[idx], NULL, mains[idx], node);
-	if (!rc)
-		vbi_thread_name(node->accept_thread[idx], "vb-accept");
-	if (rc)
-		return vbi_err(rc, "accept thread: %s", strerror(-rc));
-	node->accepting[idx] = true;
-	return 0;
-}
-
 int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)
 {
-	struct vb_node *node;
-	int rc;
-
 	if (!ctx || !attr || !out || attr->size < sizeof(*attr))
 		return vbi_err(-EINVAL, "vb_node_create: NULL argument or attr not initialized");
-	*out = NULL;
-	node = calloc(1, sizeof(*node));
+	return vbi_node_create(ctx, attr, out);
+}
+
+int vb_node_destroy(vb_node_t *node)
+{
 	if (!node)
-		return vbi_err(-ENOMEM, "node");
-	node->ctx = ctx;
-	snprintf(node->name, sizeof(node->name), "%s", attr->name ? attr->name : "verbus");
-	while (!node->uid)
-		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
-			node->uid = vbi_mono_ns() ^ (uintptr_t)node;
-	pthread_rwlock_init(&node->lock, NULL);
-	pthread_mutex_init(&node->maint_lock, NULL);
-	pthread_cond_init(&node->maint_cv, NULL);
-	rc = vbi_maint_start(node);
-	if (rc)
-		goto err;
-	if (attr->listen_ip) {
-		rc = node_listen(node, 0, attr->listen_ip, attr->listen_port);
-		if (rc)
-			goto err;
-		node->port = node->listener[0]->port;
-		/* UC and UD listeners for degraded lanes (a node that cannot
-		 * have them keeps RC only: its peers do not degrade) */
-		for (unsigned i = 2; i < 4; i++)
-			if (node_listen(node, i, attr->listen_ip, 0))
-				vbi_warn("no %s listener (no degradation to it): %s",
-					 i == 2 ? "UC" : "UD", vbi_errmsg());
-		/* A standby listener on the context's second device: peers
-		 * connect their standby lanes there (it is in our HELLO). */
-		if (ctx->ndev > 1 && ctx->attr.standby_ip) {
-			rc = node_listen(node, 1, ctx->attr.standby_ip, attr->standby_port);
-			if (rc)
-				goto err;
-		}
-	}
-	pthread_mutex_lock(&ctx->lock);
-	node->next = ctx->nodes;
-	ctx->nodes = node;
-	pthread_mutex_unlock(&ctx->lock);
-	*out = node;
-	return 0;
-err:
-	vbi_maint_stop(node);
-	for (unsigned i = 0; i < 4; i++) {
-		if (node->accepting[i])
-			pthread_join(node->accept_thread[i], NULL);
-		listener_drop(node, i);
-	}
-	pthread_cond_destroy(&node->maint_cv);
-	pthread_mutex_destroy(&node->maint_lock);
-	pthread_rwlock_destroy(&node->lock);
-	free(node);
-	return vbi_err_prefix(rc, "vb_node_create");
+		return 0;
+	if (vbi_in_callback(node->ctx))
+		return vbi_err(-EDEADLK, "vb_node_destroy() from a callback: its connections are "
+			       "drained by this very thread");
+	return vbi_node_destroy(node);
 }
 
 uint16_t vb_node_port(const vb_node_t *node)
@@ -510,124 +50,6 @@ int vb_node_peers(vb_node_t *node)
 	return (int)__atomic_load_n(&node->npeers_up, __ATOMIC_RELAXED);
 }
 
-static const char *addr_str(const struct sockaddr_storage *ss, char *buf, size_t len)
-{
-	char ip[INET6_ADDRSTRLEN] = "?";
-	uint16_t port = 0;
-
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
-
-		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
-		port = ntohs(s4->sin_port);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
-
-		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-		port = ntohs(s6->sin6_port);
-	}
-	snprintf(buf, len, "%s:%u", ip, port);
-	return buf;
-}
-
-/* Connect to @addr and wait for the handshake; @alt (may be NULL): where to
- * go when this peer is given up later (vb_node_connect_backup). */
-static int connect_addr(struct vb_node *node, const struct sockaddr_storage *addr,
-			const struct sockaddr_storage *alt)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_peer *p;
-	struct vbi_lane *l = NULL;
-	char where[INET6_ADDRSTRLEN + 8];
-	uint64_t t0;
-	int rc;
-
-	addr_str(addr, where, sizeof(where));
-	if (vbi_in_callback(ctx))
-		return vbi_err(-EDEADLK, "connect to %s from a callback: the handshake is "
-			       "completed by this very thread; connect from another thread", where);
-	p = vbi_peer_alloc(node);
-	if (!p)
-		return vbi_err_prefix(-ENOMEM, "connect to %s", where);
-	p->connector = true;
-	vbi_peer_allow_degrade(p); /* we build its lanes: we may degrade them */
-	p->addr = *addr;
-	if (alt)
-		p->alt_addr = *alt;
-	if (!vbi_ctx_take_peer(ctx)) {
-		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
-		goto err_peer;
-	}
-	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, false, &l)))
-		goto err_count;
-	atomic_store(&l->in_setup, true); /* ours until the handshake is done */
-	pthread_mutex_lock(&p->txlock);
-	l->id = p->next_lane_id++;
-	l->role = VBI_LANE_PRIMARY;
-	vbi_lane_bind(l, p);
-	pthread_mutex_unlock(&p->txlock);
-	/* linked before the connection completes: its HELLO may come first */
-	pthread_rwlock_wrlock(&node->lock);
-	p->next = node->peers;
-	node->peers = p;
-	pthread_rwlock_unlock(&node->lock);
-	rc = ctx->ops->connect(l->dr->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
-	if (rc) {
-		vbi_err_prefix(rc, "connect to %s", where);
-		goto err_linked;
-	}
-	atomic_store(&l->conn_ready, true);
-	vbi_lane_send_hello(l);
-	/* The handshake is complete when the peer's HELLO has arrived. */
-	t0 = now_ms();
-	while (!atomic_load(&p->up)) {
-		if (atomic_load(&l->dead) || p->dead) {
-			char why[sizeof(p->refused)];
-
-			pthread_mutex_lock(&p->txlock);
-			snprintf(why, sizeof(why), "%s", p->refused);
-			pthread_mutex_unlock(&p->txlock);
-			if (vbi_hello_auth_refusal(l))
-				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: authentication: %s",
-					     where, vbi_hello_auth_refusal(l));
-			else if (why[0])
-				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: %s", where, why);
-			else
-				rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake",
-					     where);
-			goto err_linked;
-		}
-		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms) {
-			rc = vbi_err(-ETIMEDOUT, "no HELLO from %s within %d ms", where,
-				     ctx->attr.cm_timeout_ms);
-			goto err_linked;
-		}
-		vbi_progress_or_nap(ctx);
-	}
-	atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
-	return 0;
-err_linked:
-	/* The peer object stays on the node (dead) until the maintenance
-	 * thread reaps it (vbi_node_reap, after an RCU grace period): the
-	 * progress thread may still hold it. Its lane is retired now. */
-	pthread_mutex_lock(&p->txlock);
-	p->dead = true;
-	pthread_mutex_unlock(&p->txlock);
-	{
-		char msg[VBI_ERRMSG_MAX];
-
-		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
-		vbi_lane_destroy_now(l);
-		vbi_err(rc, "%s", msg);
-	}
-	return rc;
-err_count:
-	vbi_ctx_put_peer(ctx);
-err_peer:
-	vbi_peer_free(p);
-	return vbi_err_prefix(rc, "connect to %s", where);
-}
-
 int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 {
 	struct sockaddr_storage ss;
@@ -635,167 +57,46 @@ int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port)
 
 	if (!node || !ip || !port)
 		return vbi_err(-EINVAL, "vb_node_connect: node, ip and port are required");
-	if ((rc = make_addr(ip, port, &ss)))
+	if ((rc = vbi_make_addr(ip, port, &ss)))
 		return vbi_err_prefix(rc, "connect to %s:%u", ip, port);
-	return connect_addr(node, &ss, NULL);
+	return vbi_node_connect_addr(node, &ss, NULL);
 }
 
 int vb_node_connect_backup(vb_node_t *node, const char *ip, uint16_t port, const char *backup_ip,
 			   uint16_t backup_port)
 {
 	struct sockaddr_storage a, b;
-	char first[VBI_ERRMSG_MAX];
 	int rc;
 
 	if (!node || !ip || !port || !backup_ip || !backup_port)
 		return vbi_err(-EINVAL, "vb_node_connect_backup: node, both addresses and ports "
 				      "are required");
-	if ((rc = make_addr(ip, port, &a)) || (rc = make_addr(backup_ip, backup_port, &b)))
+	if ((rc = vbi_make_addr(ip, port, &a)) || (rc = vbi_make_addr(backup_ip, backup_port, &b)))
 		return vbi_err_prefix(rc, "connect_backup");
 	if (!memcmp(&a, &b, sizeof(a)))
 		return vbi_err(-EINVAL, "backup %s:%u is the primary itself", backup_ip,
 			       backup_port);
-	if (!connect_addr(node, &a, &b))
-		return 0;
-	snprintf(first, sizeof(first), "%s", vbi_errmsg());
-	vbi_warn("primary %s:%u not reachable (%s): trying the backup %s:%u", ip, port, first,
-		 backup_ip, backup_port);
-	if (!(rc = connect_addr(node, &b, &a))) {
-		vbi_event(node->ctx, VB_EV_PEER_SWITCHED, "", "primary %s:%u not reachable: "
-			  "connected to the backup %s:%u", ip, port, backup_ip, backup_port);
-		return 0;
-	}
-	return vbi_err(rc, "neither the primary (%s) nor the backup (%s) could be reached",
-		       first, vbi_errmsg());
+	return vbi_node_connect_backup(node, &a, &b);
 }
 
-/*
- * Maintenance thread: peers given up that have an alternative
- * (vb_node_connect_backup) are replaced by a connection to it, then, while
- * that fails, to the original again, up to VBI_BACKUP_TRIES attempts 250 ms
- * apart; their subscriptions follow (SUBs go with every new connection).
- */
-#define VBI_BACKUP_TRIES 8
-void vbi_node_backup_step(struct vb_node *node)
+int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 {
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_peer *todo[8];
-	unsigned n = 0;
-
-	pthread_rwlock_rdlock(&node->lock);
-	for (struct vbi_peer *p = node->peers; p && n < 8; p = p->next)
-		if (atomic_load(&p->alt_pending) && atomic_exchange(&p->alt_pending, false))
-			todo[n++] = p;
-	pthread_rwlock_unlock(&node->lock);
-	for (unsigned i = 0; i < n; i++) {
-		/* peers are freed by vbi_node_reap, on this same thread */
-		struct vbi_peer *p = todo[i];
-		const struct sockaddr_storage *to = &p->alt_addr, *back = &p->addr;
-		char was[INET6_ADDRSTRLEN + 8], now[INET6_ADDRSTRLEN + 8];
-		uint64_t t0 = vbi_mono_ns();
-		int rc = -1;
-
-		addr_str(&p->addr, was, sizeof(was));
-		for (unsigned k = 0; k < VBI_BACKUP_TRIES && !atomic_load(&node->stop); k++) {
-			if ((rc = connect_addr(node, to, back)) == 0)
-				break;
-			vbi_warn("'%s' given up; %s not reachable (attempt %u): %s", p->name,
-				 addr_str(to, now, sizeof(now)), k + 1, vbi_errmsg());
-			{
-				const struct sockaddr_storage *t = to;
-
-				to = back;
-				back = t;
-			}
-			usleep(250000);
-		}
-		addr_str(to, now, sizeof(now));
-		if (!rc) {
-			atomic_fetch_add(&ctx->st.peer_switches, 1);
-			vbi_event(ctx, VB_EV_PEER_SWITCHED, p->name,
-				  "%s given up: connected to %s instead after %.3f ms", was, now,
-				  (double)(vbi_mono_ns() - t0) / 1e6);
-		} else if (!atomic_load(&node->stop)) {
-			vbi_event(ctx, VB_EV_PATH_DOWN, p->name,
-				  "%s given up and neither it nor its alternative could be "
-				  "reached in %u attempts", was, VBI_BACKUP_TRIES);
-		}
-	}
+	if (!node || fault < VB_FAULT_QP_ERR || fault > VB_FAULT_REM_ACCESS)
+		return vbi_err(-EINVAL, "vb_node_inject_fault: NULL node or unknown fault %d",
+			       (int)fault);
+	return vbi_node_inject_fault(node, peer, fault);
 }
 
-int vb_node_destroy(vb_node_t *node)
+int vb_node_peer_mode(vb_node_t *node, const char *peer)
 {
-	struct vb_ctx *ctx;
-	struct vbi_peer *peers;
-	struct vbi_lane *pending;
-
 	if (!node)
-		return 0;
-	ctx = node->ctx;
-	if (vbi_in_callback(ctx))
-		return vbi_err(-EDEADLK, "vb_node_destroy() from a callback: its connections are "
-			       "drained by this very thread");
-	pthread_rwlock_rdlock(&node->lock);
-	if (node->pubs || node->subs) {
-		pthread_rwlock_unlock(&node->lock);
-		return vbi_err(-EBUSY, "node '%s' still has publishers or subscribers", node->name);
-	}
-	pthread_rwlock_unlock(&node->lock);
-	vbi_maint_stop(node); /* sets stop: accept threads end too */
-	for (unsigned i = 0; i < 4; i++) {
-		if (node->accepting[i])
-			pthread_join(node->accept_thread[i], NULL);
-		listener_drop(node, i);
-	}
+		return vbi_err(-EINVAL, "vb_node_peer_mode: NULL node");
+	return vbi_node_peer_mode(node, peer);
+}
 
-	pthread_rwlock_wrlock(&node->lock);
-	peers = node->peers;
-	node->peers = NULL;
-	pending = node->pending;
-	node->pending = NULL;
-	pthread_rwlock_unlock(&node->lock);
-	for (struct vbi_peer *p = peers; p; p = p->next)
-		peer_say_bye(p);
-	for (struct vbi_peer *p = peers; p; p = p->next) {
-		pthread_mutex_lock(&p->txlock);
-		p->closing = true;
-		vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
-		vbi_path_take_standby(&p->path); /* freed with p->lanes below */
-		pthread_mutex_unlock(&p->txlock);
-	}
-	while (pending) {
-		struct vbi_lane *l = pending;
-
-		pending = l->next;
-		vbi_lane_destroy_now(l);
-	}
-	while (peers) {
-		struct vbi_peer *p = peers;
-
-		peers = p->next;
-		for (;;) {
-			struct vbi_lane *l;
-
-			pthread_mutex_lock(&p->txlock);
-			l = p->lanes;
-			pthread_mutex_unlock(&p->txlock);
-			if (!l)
-				break;
-			vbi_lane_destroy_now(l); /* unlinks it */
-		}
-		vbi_peer_free(p);
-		vbi_ctx_put_peer(ctx);
-	}
-	pthread_mutex_lock(&ctx->lock);
-	for (struct vb_node **pp = &ctx->nodes; *pp; pp = &(*pp)->next)
-		if (*pp == node) {
-			*pp = node->next;
-			break;
-		}
-	pthread_mutex_unlock(&ctx->lock);
-	pthread_cond_destroy(&node->maint_cv);
-	pthread_mutex_destroy(&node->maint_lock);
-	pthread_rwlock_destroy(&node->lock);
-	free(node);
-	return 0;
+int vb_node_dump(vb_node_t *node, FILE *f)
+{
+	if (!node || !f)
+		return vbi_err(-EINVAL, "vb_node_dump: NULL argument");
+	return vbi_node_dump(node, f);
 }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/err.h"
 
 const char *vb_version(void)
@@ -79,9 +79,4 @@ const char *vb_strerror(int rc)
 		return "not an errno value";
 	pthread_once(&errstr_once, errstr_build);
 	return errstr[-rc];
-}
-
-void vbi_thread_name(pthread_t t, const char *name)
-{
-	(void)pthread_setname_np(t, name); /* 15 characters at most */
 }

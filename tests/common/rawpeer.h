@@ -15,7 +15,7 @@
 
 #include "transport/transport.h"
 
-/* HELLO payload as api/src/lane_hello.c lays it out (little-endian, version 3,
+/* HELLO payload as proto/lane_hello.c lays it out (little-endian, version 3,
  * docs/wire.md). */
 enum {
 	HELLO_VERSION = 0, HELLO_UD_QPN = 4, HELLO_UD_QKEY = 8, HELLO_GID = 12,
@@ -83,7 +83,7 @@ void raw_fini(struct raw *r);
  * 124-byte form without the authentication section. Returns its length. */
 uint32_t raw_hello(uint8_t *buf, uint64_t uid, uint32_t lane, uint32_t role,
 		   const uint8_t *nonce);
-/* The topic id verbus gives @name (api/src: FNV-1a, 0 avoided). */
+/* The topic id verbus gives @name (proto: FNV-1a, 0 avoided). */
 uint32_t topic_id(const char *name);
 
 #endif

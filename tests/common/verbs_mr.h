@@ -3,7 +3,7 @@
  * For the tests and benchmarks that drive raw libibverbs (mempool_rxe_test,
  * vb_bench mempool): the mempool's registration callbacks straight on
  * ibv_reg_mr and ibv_dereg_mr on a protection domain. The library registers
- * through the transport's ops table instead (api/src/ctx.c, pool_reg). The callback context is the
+ * through the transport's ops table instead (proto/ctx.c, pool_reg). The callback context is the
  * struct ibv_pd *, which must outlive every pool created on it.
  *
  * Thread-safety: the ops may run concurrently from any thread (ibv_reg_mr and

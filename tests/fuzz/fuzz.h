@@ -2,7 +2,7 @@
 /*
  * Shared helpers of the libFuzzer targets (docs/testing.md, "Fuzzing and
  * static analysis"). Each target feeds its input through the same core/
- * functions api/src calls on received bytes and checks invariants; a
+ * functions proto calls on received bytes and checks invariants; a
  * broken invariant aborts (libFuzzer saves the input as a crash).
  */
 #ifndef VERBUS_TESTS_FUZZ_H

@@ -2,7 +2,7 @@
 /*
  * Seed corpus of the fuzz targets, built with the library's own encoders
  * (vbi_wire_put and core/wire_msg.h's HELLO/SUB/UDADDR/BYE/AUTH encoders,
- * which api/src sends with): one valid example of every frame type, and
+ * which proto sends with): one valid example of every frame type, and
  * for the stateful targets short valid conversations.
  *
  *   fuzz_gen_seeds DIR           write DIR/<target>/seed-* (made as needed)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * SUB / UNSUB: the input is a received SEND; every SUB frame goes through
- * vbi_wire_sub_decode() as on_sub() (api/src/peer_frames.c) does. Checks: an
+ * vbi_wire_sub_decode() as on_sub() (proto/peer_frames.c) does. Checks: an
  * accepted SUB has a class, a NUL-free name of h->len - 1 bytes whose id is
  * the frame's topic; vbi_wire_sub_encode() of it (what vbi_peer_send_subs
  * sends) parses and decodes to the same subscription.

@@ -15,7 +15,8 @@ bad=0
 
 put() { mkdir -p "$(dirname "$t/src/$1")"; printf '%b' "$2" > "$t/src/$1"; }
 
-# A clean tree: api -> engine -> transport(/verbs) -> core, each call down.
+# A clean tree: api -> proto -> engine -> transport(/verbs) -> core, each
+# call down; proto includes the public header (the contract it implements).
 clean_tree() {
 	rm -rf "$t/src" "$t/build"
 	put core/a.h '#ifndef A_H\n#define A_H\nint a_fn(void);\n#endif\n'
@@ -27,7 +28,9 @@ clean_tree() {
 	put engine/e.h '#include "transport/t.h"\nint e_fn(void);\n'
 	put engine/e.c '#include "engine/e.h"\nint e_fn(void) { return t_fn(); }\n'
 	put api/include/verbus/verbus.h 'int vb_fn(void);\n'
-	put api/src/x.c '#include <verbus/verbus.h>\n#include "engine/e.h"\nint vb_fn(void) { return e_fn(); }\n'
+	put proto/p.h '#include <verbus/verbus.h>\n#include "engine/e.h"\nint p_fn(void);\n'
+	put proto/p.c '#include "proto/p.h"\nint p_fn(void) { return e_fn(); }\n'
+	put api/src/x.c '#include <verbus/verbus.h>\n#include "proto/p.h"\nint vb_fn(void) { return p_fn(); }\n'
 }
 
 # Compile every layer's .c files and write build/layers/<layer>.objects the
@@ -35,7 +38,7 @@ clean_tree() {
 build_tree() {
 	local l f o
 	mkdir -p "$t/build/layers"
-	for l in core transport engine api; do
+	for l in core transport engine proto api; do
 		: > "$t/build/layers/$l.objects"
 		while IFS= read -r f; do
 			o=$t/build/$f.o
@@ -67,7 +70,7 @@ expect "upward include" 1 \
 clean_tree
 put core/a.c '#include <verbus/verbus.h>\nint a_fn(void) { return 1; }\n'
 expect "public header from core" 1 \
-	"core/a.c:1: upward include: core (layer 0) includes api/include/verbus/verbus.h of api (layer 4)"
+	"core/a.c:1: upward include: core (layer 0) includes api/include/verbus/verbus.h of public (layer 3)"
 
 clean_tree
 put transport/t.c '#include "transport/t.h"\n#include "../engine/e.h"\nint t_fn(void) { return a_fn(); }\n'
@@ -79,6 +82,17 @@ put core/a.c '#include "core/a.h"\nint t_fn(void);\nint a_fn(void) { return t_fn
 build_tree || { echo "FAIL: cannot compile the synthetic tree with $cc"; exit 1; }
 expect "upward call (no include)" 1 \
 	"upward call: t_fn in core/a.c.o (core) is defined by transport/t.c.o (transport)" build
+
+clean_tree
+put engine/e.c '#include "engine/e.h"\n#include <verbus/verbus.h>\nint e_fn(void) { return t_fn(); }\n'
+expect "public header from engine" 1 \
+	"engine/e.c:2: upward include: engine (layer 2) includes api/include/verbus/verbus.h of public (layer 3)"
+
+clean_tree
+put proto/p.c '#include "proto/p.h"\nint p_fn(void) { return vb_fn(); }\n'
+build_tree || { echo "FAIL: cannot compile the synthetic tree with $cc"; exit 1; }
+expect "proto calls the facade" 1 \
+	"upward call: vb_fn in proto/p.c.o (proto) is defined by api/src/x.c.o (api)" build
 
 clean_tree
 put transport/t.h '#ifndef T_H\n#define T_H\n#include "core/a.h"\n#include "transport/verbs/v.h"\nint t_fn(void);\n#endif\n'

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

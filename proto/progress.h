@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The progress engine (progress.c), for the context's create (ctx.c).
- * vbi_progress_once, vbi_progress_or_nap and vbi_ctx_kick are in vb_int.h.
+ * vbi_progress_once, vbi_progress_or_nap and vbi_ctx_kick are in proto.h.
  */
 #ifndef VERBUS_API_PROGRESS_H
 #define VERBUS_API_PROGRESS_H

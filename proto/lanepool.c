@@ -27,7 +27,7 @@
  */
 #include <errno.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/src/progress.h"
-#include "api/src/ud.h"
-#include "api/src/vb_int.h"
+#include "proto/progress.h"
+#include "proto/ud.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -261,14 +261,10 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	return n;
 }
 
-int vb_progress(vb_ctx_t *ctx)
+int vbi_progress_app(struct vb_ctx *ctx)
 {
 	int n;
 
-	if (!ctx)
-		return vbi_err(-EINVAL, "NULL context");
-	if (ctx->attr.progress != VB_PROGRESS_APP)
-		return vbi_err(-EINVAL, "vb_progress() in VB_PROGRESS_THREAD mode");
 	if (pthread_mutex_trylock(&ctx->progress_lock))
 		return 0;
 	n = vbi_progress_once(ctx);
@@ -301,7 +297,7 @@ static bool idle_wait(struct vb_ctx *ctx, unsigned idle, uint64_t since_ns)
 		if (idle < ctx->attr.progress_spin ||
 		    vbi_now_ns() - since_ns < (uint64_t)ctx->attr.idle_spin_us * 1000) {
 			if (!(idle & 63))
-				sched_yield(); /* see vb_progress() */
+				sched_yield(); /* see vbi_progress_app() */
 			return false;
 		}
 		return true;
@@ -514,3 +510,4 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	}
 	pthread_mutex_unlock(&p->txlock);
 }
+

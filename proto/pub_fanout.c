@@ -19,7 +19,7 @@
 #include <endian.h>
 #include <sys/random.h>
 #include <time.h>
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

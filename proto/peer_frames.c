@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

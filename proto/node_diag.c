@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The node's test and diagnostic entry points: fault injection on a peer's
- * active lane, the peer's current mode, and a dump of the node's peers,
- * lanes and publisher cursors.
+ * The node's test and diagnostic entry points (behind vb_node_inject_fault,
+ * vb_node_peer_mode and vb_node_dump: api/src/node.c): fault injection on a
+ * peer's active lane, the peer's current mode, and a dump of the node's
+ * peers, lanes and publisher cursors.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/rcu.h"
@@ -30,15 +31,12 @@ static struct vbi_peer *find_up_peer(struct vb_node *node, const char *peer)
 	return NULL;
 }
 
-int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
+int vbi_node_inject_fault(struct vb_node *node, const char *peer, vb_fault_t fault)
 {
 	struct vbi_peer *p;
 	struct vbi_lane *l;
 	int rc = 0;
 
-	if (!node || fault < VB_FAULT_QP_ERR || fault > VB_FAULT_REM_ACCESS)
-		return vbi_err(-EINVAL, "vb_node_inject_fault: NULL node or unknown fault %d",
-			       (int)fault);
 	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
 	pthread_mutex_lock(&p->txlock);
@@ -91,13 +89,11 @@ int vb_node_inject_fault(vb_node_t *node, const char *peer, vb_fault_t fault)
 	return rc;
 }
 
-int vb_node_peer_mode(vb_node_t *node, const char *peer)
+int vbi_node_peer_mode(struct vb_node *node, const char *peer)
 {
 	struct vbi_peer *p;
 	int rc;
 
-	if (!node)
-		return vbi_err(-EINVAL, "vb_node_peer_mode: NULL node");
 	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
 	pthread_mutex_lock(&p->txlock);
@@ -112,10 +108,8 @@ int vb_node_peer_mode(vb_node_t *node, const char *peer)
 
 /* ---- diagnostics ----------------------------------------------------------------------------- */
 
-int vb_node_dump(vb_node_t *node, FILE *f)
+int vbi_node_dump(struct vb_node *node, FILE *f)
 {
-	if (!node || !f)
-		return vbi_err(-EINVAL, "vb_node_dump: NULL argument");
 	pthread_rwlock_rdlock(&node->lock);
 	fprintf(f, "node '%s' uid %016llx\n", node->name, (unsigned long long)node->uid);
 	for (struct vbi_lane *l = node->pending; l; l = l->next)

@@ -32,7 +32,7 @@
 
 #include <sodium.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -6,8 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "api/src/ud.h"
-#include "api/src/vb_int.h"
+#include "proto/ud.h"
+#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

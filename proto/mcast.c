@@ -57,7 +57,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "api/src/vb_int.h"
+#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 

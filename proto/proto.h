@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Internals of the pub/sub layer (the api/src C files only).
+ * Internals of the protocol layer (proto/; the api/src facade calls the
+ * functions at the end of this header).
  *
  * Objects and who touches them:
  *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
@@ -34,13 +35,14 @@
  * pub->lock first while holding it). Application callbacks run with no
  * lock of the node's held (cbq.c); evq_lock is a leaf.
  */
-#ifndef VERBUS_API_VB_INT_H
-#define VERBUS_API_VB_INT_H
+#ifndef VERBUS_PROTO_PROTO_H
+#define VERBUS_PROTO_PROTO_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <verbus/verbus.h>
 
@@ -56,7 +58,7 @@
 #include "engine/qpool.h"
 #include "engine/sring.h"
 #include "transport/transport.h"
-#include "api/src/auth.h"
+#include "proto/auth.h"
 
 #define VBI_TOPIC_MAX VBI_WIRE_TOPIC_MAX
 #define VBI_NAME_MAX VBI_WIRE_NAME_MAX
@@ -652,9 +654,6 @@ void vbi_ctx_kick(struct vb_ctx *ctx);
  * look at (kick, fail_pending) is set. Any thread; a syscall only when it
  * sleeps. */
 void vbi_ctx_wake(struct vb_ctx *ctx);
-/* Name a library thread (what ps, top and perf show): "vb-progress",
- * "vb-maint", "vb-accept". Best effort. */
-void vbi_thread_name(pthread_t t, const char *name);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len); /* ud.c */
 void vbi_node_backup_step(struct vb_node *node);
@@ -726,5 +725,50 @@ void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer);
 /* An END frame from @peer (a publisher cut our stream); progress context,
  * node->lock held for reading. */
 void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h);
+
+/* ---- what the public functions call (api/src: the facade) ----------------
+ * The facade has checked the arguments (non-NULL handles, initialized and
+ * versioned attribute structs, topic and class); these return 0 or a
+ * negative errno with vbi_errmsg() set, as the vb_* function they serve
+ * documents in verbus.h. Thread-safety and ownership: as there. */
+/* ctx.c: open everything vb_ctx_create() promises (@attr complete and
+ * checked); close it all (not from a callback: -EDEADLK; nodes left: -EBUSY) */
+int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out);
+int vbi_ctx_close(struct vb_ctx *ctx);
+/* The whole current vb_stats_t (vb_ctx_stats_size copies out a prefix). */
+void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st);
+/* progress.c, VB_PROGRESS_APP: one progress round unless another thread
+ * runs one (then 0 at once); completions handled, or a negative errno. */
+int vbi_progress_app(struct vb_ctx *ctx);
+/* node.c */
+int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_node **out);
+int vbi_node_destroy(struct vb_node *node); /* not from a callback (the facade checks) */
+/* An IPv4 or IPv6 address string and a port: 0 or -EINVAL. */
+int vbi_make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss);
+/* Connect to @addr, wait for the handshake; @alt (NULL: none) is where the
+ * maintenance thread goes when this peer is given up. */
+int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *addr,
+			  const struct sockaddr_storage *alt);
+/* @a, or @b when @a cannot be reached (each the other's alternative). */
+int vbi_node_connect_backup(struct vb_node *node, const struct sockaddr_storage *a,
+			    const struct sockaddr_storage *b);
+/* node_diag.c */
+int vbi_node_inject_fault(struct vb_node *node, const char *peer, vb_fault_t fault);
+int vbi_node_peer_mode(struct vb_node *node, const char *peer);
+int vbi_node_dump(struct vb_node *node, FILE *f);
+/* pub.c (@attr complete and checked) */
+int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
+		   const vb_pub_attr_t *attr, struct vb_pub **out);
+int vbi_pub_destroy(struct vb_pub *pub);
+int vbi_pub_claim(struct vb_pub *pub, size_t len, vb_claim_t *claim);
+/* @claim is @pub's (the facade checked its owner and length). */
+int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *seq_out);
+int vbi_publish(struct vb_pub *pub, const void *data, size_t len, uint64_t *seq);
+int vbi_pub_wait_acked(struct vb_pub *pub, uint64_t seq, int timeout_ms);
+int vbi_pub_subscribers(struct vb_pub *pub);
+/* sub.c (@attr complete: on_msg set) */
+int vbi_sub_create(struct vb_node *node, const char *topic, vb_class_t cls,
+		   const vb_sub_attr_t *attr, struct vb_sub **out);
+int vbi_sub_destroy(struct vb_sub *sub);
 
 #endif

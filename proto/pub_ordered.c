@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/src/pub_ordered.h"
-#include "api/src/vb_int.h"
+#include "proto/pub_ordered.h"
+#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

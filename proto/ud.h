@@ -2,7 +2,7 @@
 /*
  * The context's UD endpoint (ud.c), for the context's create/destroy
  * (ctx.c) and the progress engine (progress.c). vbi_ud_repost and
- * vbi_ud_addr are in vb_int.h.
+ * vbi_ud_addr are in proto.h.
  */
 #ifndef VERBUS_API_UD_H
 #define VERBUS_API_UD_H
