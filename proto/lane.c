@@ -475,10 +475,20 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 			break; /* never posted to, or nothing will complete any more */
 		}
 		if (vbi_mono_ns() - t0 > 10000000000ull) {
-			vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding",
-				 l->id, out, atomic_load(&l->posted_recvs));
-			reuse = false;
-			break;
+			if (vbi_progress_waits_for_app(ctx)) {
+				/* VB_PROGRESS_APP: only the application's
+				 * vb_progress() reaps these completions; the
+				 * lane cannot go before (they point into it) */
+				vbi_warn("lane %u: %u sends, %u receives still outstanding after "
+					 "10 s: waiting for the application's vb_progress()",
+					 l->id, out, atomic_load(&l->posted_recvs));
+				t0 = vbi_mono_ns();
+			} else {
+				vbi_warn("lane %u: drain gave up with %u sends, %u receives "
+					 "outstanding", l->id, out, atomic_load(&l->posted_recvs));
+				reuse = false;
+				break;
+			}
 		}
 		vbi_progress_or_nap(ctx);
 	}

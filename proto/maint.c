@@ -315,6 +315,7 @@ static void *maint_main(void *arg)
 	struct vb_node *node = arg;
 	struct vb_ctx *ctx = node->ctx;
 
+	vbi_lib_thread_enter();
 	while (!atomic_load(&node->stop)) {
 		struct timespec dl;
 		struct vbi_peer *todo[VBI_MAX_PEERS];
@@ -370,7 +371,7 @@ void vbi_maint_stop(struct vb_node *node)
 	atomic_store(&node->stop, true);
 	if (node->maint_running) {
 		vbi_maint_kick(node);
-		pthread_join(node->maint_thread, NULL);
+		vbi_join_progressing(node->ctx, node->maint_thread);
 		node->maint_running = false;
 	}
 }

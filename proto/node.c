@@ -313,6 +313,7 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	struct vbt_conn_param cp = ctx->cp;
 	struct vbi_lane *l = NULL;
 
+	vbi_lib_thread_enter();
 	/* Wait for requests in short slices so stop is noticed; the handshake
 	 * steps after a request keep the full cm_timeout_ms. */
 	cp.accept_wait_ms = 500;
@@ -477,7 +478,7 @@ err:
 	vbi_maint_stop(node);
 	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
-			pthread_join(node->accept_thread[i], NULL);
+			vbi_join_progressing(node->ctx, node->accept_thread[i]);
 		listener_drop(node, i);
 	}
 	pthread_cond_destroy(&node->maint_cv);
@@ -695,7 +696,7 @@ int vbi_node_destroy(struct vb_node *node)
 	vbi_maint_stop(node); /* sets stop: accept threads end too */
 	for (unsigned i = 0; i < 4; i++) {
 		if (node->accepting[i])
-			pthread_join(node->accept_thread[i], NULL);
+			vbi_join_progressing(node->ctx, node->accept_thread[i]);
 		listener_drop(node, i);
 	}
 

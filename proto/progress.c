@@ -4,6 +4,7 @@
  * the second half of a device's hot removal, and the idle strategy of the
  * progress thread.
  */
+#define _GNU_SOURCE /* pthread_tryjoin_np */
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
@@ -310,6 +311,7 @@ static void *progress_main(void *arg)
 	unsigned idle = 0;
 	uint64_t since = 0;
 
+	vbi_lib_thread_enter();
 	while (!atomic_load_explicit(&ctx->stop, memory_order_relaxed)) {
 		int n;
 
@@ -357,10 +359,26 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
-/* Reap completions: the progress thread does it, or this thread in APP mode. */
+/* Set on the library's own threads (progress, maintenance, accept). */
+static _Thread_local bool lib_thread;
+
+void vbi_lib_thread_enter(void)
+{
+	lib_thread = true;
+}
+
+bool vbi_progress_waits_for_app(const struct vb_ctx *ctx)
+{
+	return !ctx->thread_running && lib_thread;
+}
+
+/* Reap completions: the progress thread does it; in APP mode this thread,
+ * when it is the application's (callbacks run only there: verbus.h), else
+ * the application's next vb_progress(). */
 void vbi_progress_or_nap(struct vb_ctx *ctx)
 {
-	if (!ctx->thread_running && pthread_mutex_trylock(&ctx->progress_lock) == 0) {
+	if (!ctx->thread_running && !lib_thread &&
+	    pthread_mutex_trylock(&ctx->progress_lock) == 0) {
 		vbi_progress_once(ctx);
 		pthread_mutex_unlock(&ctx->progress_lock);
 	} else {
@@ -511,3 +529,12 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 	pthread_mutex_unlock(&p->txlock);
 }
 
+void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t)
+{
+	if (ctx->thread_running || lib_thread) {
+		pthread_join(t, NULL);
+		return;
+	}
+	while (pthread_tryjoin_np(t, NULL) == EBUSY)
+		vbi_progress_or_nap(ctx);
+}

@@ -567,7 +567,20 @@ void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
-void vbi_progress_or_nap(struct vb_ctx *ctx); /* progress.c */
+/* progress.c: wait for completions another thread reaps, a bounded nap at
+ * a time: in VB_PROGRESS_APP mode an application thread runs a progress
+ * round itself (its callbacks run on it), a library thread only naps (the
+ * application's vb_progress() reaps them). */
+void vbi_progress_or_nap(struct vb_ctx *ctx);
+/* First thing on every library thread (progress, maintenance, accept). */
+void vbi_lib_thread_enter(void);
+/* True on a library thread of a VB_PROGRESS_APP context: what it waits for
+ * completes only when the application calls vb_progress(). */
+bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
+/* pthread_join(@t), a library thread of @ctx; from an application thread
+ * in VB_PROGRESS_APP mode it runs progress meanwhile (@t may be waiting
+ * for completions only this thread can reap now). */
+void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
 /* ctx.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
