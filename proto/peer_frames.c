@@ -325,3 +325,22 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 	}
 	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
 }
+
+int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+		       bool *more)
+{
+	struct vbi_rxs *upto;
+	uint32_t len;
+	int rc;
+
+	if (l->max_send < cap)
+		cap = l->max_send;
+	if (!(len = vbi_peer_build_acks(p, l, buf, cap, &upto)))
+		return -ENODATA;
+	if ((rc = vbi_lane_send_ctrl(l, buf, len)))
+		return rc;
+	vbi_peer_acks_sent(p, l, upto);
+	if (more)
+		*more = upto != NULL;
+	return 0;
+}

@@ -452,10 +452,8 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
-	struct vbi_rxs *upto;
 	struct vbi_lane *l;
 	bool urgent = false, due, held;
-	uint32_t len;
 
 	if (p->dead || p->closing || !p->up)
 		return;
@@ -510,9 +508,8 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 			urgent |= r->ack_urgent;
 		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
 		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
-		if (due && (len = vbi_peer_build_acks(p, l, buf, cap, &upto)) &&
-		    vbi_lane_send_ctrl(l, buf, len) == 0)
-			vbi_peer_acks_sent(p, l, upto);
+		if (due)
+			vbi_peer_send_acks(p, l, buf, cap, NULL);
 		keepalive(p, l, buf);
 	}
 	for (struct vbi_lane *o = p->lanes; o; o = o->next) {

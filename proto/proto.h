@@ -658,6 +658,12 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
+/* Build the ACKs @p owes into @buf (@cap bytes, at most @l's max_send),
+ * send them on @l and mark them sent: 0 (*@more, when not NULL: some did
+ * not fit), -ENODATA (nothing owed) or vbi_lane_send_ctrl()'s error
+ * (nothing marked: they are built again next time). txlock held. */
+int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+		       bool *more);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
 /* Any thread: have the next progress round visit every peer (work for it

@@ -442,20 +442,18 @@ static void final_acks(struct vb_node *node, bool in_cb)
 		pthread_rwlock_rdlock(&node->lock);
 		for (struct vbi_peer *p = node->peers; p; p = p->next) {
 			uint8_t buf[VBI_WIRE_HDR_LEN * 64];
-			struct vbi_rxs *upto;
 			struct vbi_lane *l;
-			uint32_t len;
 			int rc;
 
 			pthread_mutex_lock(&p->txlock);
 			l = vbi_peer_lane(p);
-			if (l && p->up && !p->dead &&
-			    (len = vbi_peer_build_acks(p, l, buf, sizeof(buf), &upto))) {
-				rc = vbi_peer_send_ctrl(p, buf, len);
-				if (rc == 0)
-					vbi_peer_acks_sent(p, l, upto);
+			if (l && p->up && !p->dead && !p->closing) {
+				bool more = false;
+
+				rc = atomic_load(&l->hello_rcvd)
+					? vbi_peer_send_acks(p, l, buf, sizeof(buf), &more) : -EAGAIN;
 				/* more than one SEND's worth, or refused for now */
-				again |= rc == 0 ? upto != NULL : rc == -EAGAIN;
+				again |= rc == 0 ? more : rc == -EAGAIN;
 			}
 			pthread_mutex_unlock(&p->txlock);
 		}
