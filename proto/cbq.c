@@ -19,8 +19,9 @@
  * vbi_progress_once: within 20 ms when it blocks), or by vb_ctx_destroy.
  *
  * Threads: ctx->cbq, cb_zombies and cb_depth belong to the thread running
- * progress (the progress thread, or the vb_progress() caller: one at a time
- * by progress_lock). evq is shared under evq_lock. A subscriber or
+ * progress (the progress thread, alone, with no lock; or in APP mode the
+ * application thread inside vb_progress(): one at a time by progress_lock,
+ * a trylock). evq is shared under evq_lock. A subscriber or
  * publisher counts its queued entries (cb_pending, atomic): destroying it
  * from another thread waits for them; destroying it from a callback (the
  * flushing thread) marks it dead, and the flush frees it at its end.

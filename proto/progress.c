@@ -305,6 +305,13 @@ static bool idle_wait(struct vb_ctx *ctx, unsigned idle, uint64_t since_ns)
 	}
 }
 
+/*
+ * VB_PROGRESS_THREAD: the only thread that runs progress while it lives (no
+ * other does: vb_progress() refuses this mode, vbi_progress_or_nap() only
+ * naps, and vb_ctx_destroy() runs its last rounds after joining it), so it
+ * takes no lock for it: callbacks run with no verbus lock held at all.
+ * progress_lock serializes the APP mode's callers only.
+ */
 static void *progress_main(void *arg)
 {
 	struct vb_ctx *ctx = arg;
@@ -315,9 +322,7 @@ static void *progress_main(void *arg)
 	while (!atomic_load_explicit(&ctx->stop, memory_order_relaxed)) {
 		int n;
 
-		pthread_mutex_lock(&ctx->progress_lock);
 		n = vbi_progress_once(ctx);
-		pthread_mutex_unlock(&ctx->progress_lock);
 		if (n > 0) {
 			idle = 0;
 			continue;
@@ -343,9 +348,7 @@ static void *progress_main(void *arg)
 		}
 		if (ncq) {
 			atomic_store(&ctx->sleeping, true);
-			pthread_mutex_lock(&ctx->progress_lock);
 			n = vbi_progress_once(ctx);
-			pthread_mutex_unlock(&ctx->progress_lock);
 			if (n == 0 && !atomic_load(&ctx->kick) && !atomic_load(&ctx->fail_pending))
 				cqs[0]->ops->cq_wait_any(cqs, ncq, ctx->wake_fd, 20);
 			atomic_store(&ctx->sleeping, false);

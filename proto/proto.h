@@ -456,7 +456,9 @@ struct vb_ctx {
 	pthread_t thread;
 	bool thread_running;
 	atomic_bool stop;
-	pthread_mutex_t progress_lock;
+	pthread_mutex_t progress_lock; /* APP mode: one thread at a time runs progress
+					* (trylock only; the progress thread of
+					* THREAD mode takes none) */
 	atomic_uint idle_polls;       /* APP mode: empty polls (vb_progress yields every 64th) */
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
