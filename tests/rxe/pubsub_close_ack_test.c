@@ -66,13 +66,15 @@ static struct rx rx;
 static void on_msg(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 {
 	struct rx *r = arg;
-	uint64_t expect = r->first + __atomic_load_n(&r->got, __ATOMIC_RELAXED);
+	/* first and last are stored (atomically) by main after the connect */
+	uint64_t expect = __atomic_load_n(&r->first, __ATOMIC_ACQUIRE) +
+			  __atomic_load_n(&r->got, __ATOMIC_RELAXED);
 
 	if (m->seq != expect && __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED) < 5)
 		fprintf(stderr, "seq %" PRIu64 ", expected %" PRIu64 "\n", m->seq, expect);
 	__atomic_fetch_add(&r->got, 1, __ATOMIC_RELEASE);
 	(void)sub;
-	if (m->seq != r->last || r->how != OTHER_THREAD)
+	if (m->seq != __atomic_load_n(&r->last, __ATOMIC_ACQUIRE) || r->how != OTHER_THREAD)
 		return;
 	__atomic_store_n(&r->last_seen, 1, __ATOMIC_RELEASE);
 	/* return only once the main thread is about to destroy: the destroy
