@@ -164,7 +164,7 @@ static const char *claimed_name(struct vbi_lane *l, char *buf, size_t len)
 	if (l->peer && l->peer->name[0] && strcmp(l->peer->name, "?"))
 		return l->peer->name;
 	snprintf(buf, len, "%.*s", (int)(len - 1 < VBI_NAME_MAX - 1 ? len - 1 : VBI_NAME_MAX - 1),
-		 (const char *)l->auth.hello + 40);
+		 (const char *)l->auth->hello + 40);
 	for (char *c = buf; *c; c++)
 		if (!isprint((unsigned char)*c))
 			*c = '?';
@@ -179,8 +179,8 @@ static void refuse(struct vbi_lane *l, uint32_t reason, const char *why)
 	struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "authentication refused" };
 	char name[VBI_NAME_MAX];
 
-	atomic_store(&l->auth.state, VBI_AUTH_REFUSED);
-	atomic_store(&l->auth.why, why);
+	atomic_store(&l->auth->state, VBI_AUTH_REFUSED);
+	atomic_store(&l->auth->why, why);
 	if (reason)
 		send_auth(l, VBI_AUTH_REFUSE, reason, 0, NULL, 0, NULL, 0);
 	atomic_fetch_add(&ctx->st.auth_refused, 1);
@@ -196,20 +196,20 @@ void vbi_hello_auth_put(struct vbi_lane *l, uint8_t *pl)
 
 	put32(pl + VBI_HELLO_AUTH_OFF, keyed(l) ? 1u : 0u);
 	if (!connector) {
-		memcpy(pl + VBI_HELLO_NONCE_OFF, l->auth.nonce, VBI_AUTH_NONCE);
+		memcpy(pl + VBI_HELLO_NONCE_OFF, l->auth->nonce, VBI_AUTH_NONCE);
 		return;
 	}
 	randombytes_buf(pl + VBI_HELLO_NONCE_OFF, VBI_AUTH_NONCE);
-	memcpy(l->auth.hello, pl, VBI_HELLO_LEN_AUTH);
+	memcpy(l->auth->hello, pl, VBI_HELLO_LEN_AUTH);
 	if (keyed(l))
-		atomic_store(&l->auth.state, VBI_AUTH_WAIT_PROOF);
+		atomic_store(&l->auth->state, VBI_AUTH_WAIT_PROOF);
 }
 
 enum vbi_hello_auth_verdict vbi_hello_auth_check(struct vbi_lane *l, const struct vbi_wire_hdr *h,
 						  const uint8_t *pl, uint32_t slots)
 {
 	bool peer_keyed = h->len >= VBI_HELLO_LEN_AUTH && (get32(pl + VBI_HELLO_AUTH_OFF) & 1);
-	unsigned st = atomic_load(&l->auth.state);
+	unsigned st = atomic_load(&l->auth->state);
 	uint8_t m[VBI_AUTH_MAC];
 
 	if (st == VBI_AUTH_REFUSED)
@@ -224,7 +224,7 @@ enum vbi_hello_auth_verdict vbi_hello_auth_check(struct vbi_lane *l, const struc
 	}
 	if (st == VBI_AUTH_DONE)
 		return VBI_HELLO_AUTH_GO; /* resumed after the answer */
-	memcpy(l->auth.hello, pl, h->len < VBI_HELLO_LEN_AUTH ? h->len : VBI_HELLO_LEN_AUTH);
+	memcpy(l->auth->hello, pl, h->len < VBI_HELLO_LEN_AUTH ? h->len : VBI_HELLO_LEN_AUTH);
 	if (st == VBI_AUTH_WAIT_ANSWER) {
 		atomic_fetch_add(&l->node->ctx->st.malformed, 1);
 		vbi_event(l->node->ctx, VB_EV_PROTOCOL, "", "HELLO repeated during authentication");
@@ -242,16 +242,16 @@ enum vbi_hello_auth_verdict vbi_hello_auth_check(struct vbi_lane *l, const struc
 		       "requires one)");
 		return VBI_HELLO_AUTH_STOP;
 	}
-	l->auth.hello_hdr = *h;
-	l->auth.hello_hdr.len = VBI_HELLO_LEN_AUTH;
-	randombytes_buf(l->auth.nonce, VBI_AUTH_NONCE);
-	mac(l->node->ctx, m, LABEL_ACCEPT, l->auth.hello, VBI_HELLO_LEN_AUTH, l->auth.nonce,
+	l->auth->hello_hdr = *h;
+	l->auth->hello_hdr.len = VBI_HELLO_LEN_AUTH;
+	randombytes_buf(l->auth->nonce, VBI_AUTH_NONCE);
+	mac(l->node->ctx, m, LABEL_ACCEPT, l->auth->hello, VBI_HELLO_LEN_AUTH, l->auth->nonce,
 	    VBI_AUTH_NONCE);
 	pthread_mutex_lock(l->lk);
 	l->remote_slots = slots; /* our proof, our HELLO later */
 	pthread_mutex_unlock(l->lk);
-	atomic_store(&l->auth.state, VBI_AUTH_WAIT_ANSWER);
-	if (send_auth(l, VBI_AUTH_PROOF, 0, l->nslots, l->auth.nonce, VBI_AUTH_NONCE, m,
+	atomic_store(&l->auth->state, VBI_AUTH_WAIT_ANSWER);
+	if (send_auth(l, VBI_AUTH_PROOF, 0, l->nslots, l->auth->nonce, VBI_AUTH_NONCE, m,
 		      VBI_AUTH_MAC)) {
 		refuse(l, 0, "the challenge could not be sent");
 		return VBI_HELLO_AUTH_STOP;
@@ -278,7 +278,7 @@ static const char *refusal_text(uint64_t reason)
 void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl)
 {
 	struct vb_ctx *ctx = l->node->ctx;
-	unsigned st = atomic_load(&l->auth.state);
+	unsigned st = atomic_load(&l->auth->state);
 	bool connector = l->peer && l->peer->connector;
 	uint8_t m[VBI_AUTH_MAC];
 	struct vbi_wire_auth a;
@@ -296,29 +296,29 @@ void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, c
 			l->remote_slots = a.slots;
 			pthread_mutex_unlock(l->lk);
 		}
-		mac(ctx, m, LABEL_ACCEPT, l->auth.hello, VBI_HELLO_LEN_AUTH, a.nonce, VBI_AUTH_NONCE);
+		mac(ctx, m, LABEL_ACCEPT, l->auth->hello, VBI_HELLO_LEN_AUTH, a.nonce, VBI_AUTH_NONCE);
 		if (sodium_memcmp(m, a.mac, VBI_AUTH_MAC)) {
 			refuse(l, VBI_AUTH_R_BAD_PROOF, "the peer's proof of the key does not verify: "
 			       "its key differs from ours");
 			return;
 		}
-		mac(ctx, m, LABEL_CONNECT, a.nonce, VBI_AUTH_NONCE, l->auth.hello, VBI_HELLO_LEN_AUTH);
-		atomic_store(&l->auth.state, VBI_AUTH_DONE);
+		mac(ctx, m, LABEL_CONNECT, a.nonce, VBI_AUTH_NONCE, l->auth->hello, VBI_HELLO_LEN_AUTH);
+		atomic_store(&l->auth->state, VBI_AUTH_DONE);
 		if (send_auth(l, VBI_AUTH_ANSWER, 0, 0, m, VBI_AUTH_MAC, NULL, 0))
 			refuse(l, 0, "the answer to the peer's challenge could not be sent");
 		return;
 	}
 	if (ok && a.op == VBI_AUTH_ANSWER && !l->peer && st == VBI_AUTH_WAIT_ANSWER) {
-		mac(ctx, m, LABEL_CONNECT, l->auth.nonce, VBI_AUTH_NONCE, l->auth.hello,
+		mac(ctx, m, LABEL_CONNECT, l->auth->nonce, VBI_AUTH_NONCE, l->auth->hello,
 		    VBI_HELLO_LEN_AUTH);
 		if (sodium_memcmp(m, a.mac, VBI_AUTH_MAC)) {
 			refuse(l, VBI_AUTH_R_BAD_PROOF, "the peer's answer to our challenge does not "
 			       "verify: another key, or a replayed handshake");
 			return;
 		}
-		atomic_store(&l->auth.state, VBI_AUTH_DONE);
+		atomic_store(&l->auth->state, VBI_AUTH_DONE);
 		/* now the HELLO is acted on (node->lock held for writing: unbound) */
-		vbi_lane_on_hello(l, &l->auth.hello_hdr, l->auth.hello);
+		vbi_lane_on_hello(l, &l->auth->hello_hdr, l->auth->hello);
 		return;
 	}
 	atomic_fetch_add(&ctx->st.malformed, 1);
@@ -328,7 +328,7 @@ void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, c
 
 const char *vbi_hello_auth_refusal(struct vbi_lane *l)
 {
-	return atomic_load(&l->auth.why);
+	return atomic_load(&l->auth->why);
 }
 
 /* ---- rules --------------------------------------------------------------------------- */

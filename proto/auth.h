@@ -10,8 +10,8 @@
  * thread sending our HELLO before it is posted (the state it writes is
  * atomic or only read after the peer answered that HELLO).
  */
-#ifndef VERBUS_API_AUTH_H
-#define VERBUS_API_AUTH_H
+#ifndef VERBUS_PROTO_AUTH_H
+#define VERBUS_PROTO_AUTH_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -20,6 +20,7 @@
 
 #include "core/wire.h"
 #include "core/wire_msg.h"
+#include "engine/engine.h" /* VBI_AUTH_KEY_MAX */
 
 struct vb_ctx;
 struct vbi_lane;
@@ -28,7 +29,7 @@ struct vbi_peer;
 #define VBI_AUTH_NONCE VBI_WIRE_NONCE
 #define VBI_AUTH_MAC VBI_WIRE_AUTH_MAC
 #define VBI_AUTH_KEY_MIN 16
-#define VBI_AUTH_KEY_MAX 256
+
 /* HELLO (version 3) authentication section, after the 124 bytes of v3 */
 #define VBI_HELLO_AUTH_OFF VBI_WIRE_HELLO_AUTH_OFF   /* u32 flags: bit0 the sender has a key */
 #define VBI_HELLO_NONCE_OFF VBI_WIRE_HELLO_NONCE_OFF /* 32 bytes: the connector's challenge */

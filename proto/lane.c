@@ -83,12 +83,17 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		 bool lean, struct vbi_lane **out)
 {
 	struct vb_ctx *ctx = node->ctx;
-	struct vbi_lane *l = calloc(1, sizeof(*l));
+	/* the lane and its handshake authentication state, in one block (one
+	 * free in vbi_lane_destroy_now) */
+	struct vbi_lane *l = calloc(1, sizeof(*l) + sizeof(struct vbi_lane_auth));
 	int rc;
 
 	*out = NULL;
 	if (!l)
 		return vbi_err(-ENOMEM, "lane");
+	_Static_assert(sizeof(struct vbi_lane) % _Alignof(struct vbi_lane_auth) == 0,
+		       "the authentication state follows the lane, aligned");
+	l->auth = (struct vbi_lane_auth *)(l + 1);
 	l->node = node;
 	l->dr = dr;
 	/* counted before the check: the reaper sees the lane or we see removed */

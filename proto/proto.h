@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Internals of the protocol layer (proto/; the api/src facade calls the
- * functions at the end of this header).
+ * functions at the end of this header). The publisher, subscriber and
+ * callback objects are defined here; vb_ctx, vb_node, vbi_peer, vbi_lane
+ * and vbi_devres in engine/engine.h.
  *
  * Objects and who touches them:
  *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
@@ -55,15 +57,14 @@
 #include "core/stream.h"
 #include "core/wire.h"
 #include "core/wire_msg.h"
+#include "engine/engine.h"
+#include "engine/lanepool.h"
 #include "engine/qpool.h"
 #include "engine/sring.h"
 #include "transport/transport.h"
 #include "proto/auth.h"
 
 #define VBI_TOPIC_MAX VBI_WIRE_TOPIC_MAX
-#define VBI_NAME_MAX VBI_WIRE_NAME_MAX
-/* bytes of reason a refusal (BYE before HELLO) carries */
-#define VBI_REFUSE_MAX VBI_WIRE_REFUSE_MAX
 /* 2: lanes (node uid, lane id, role, standby address);
  * 3: + lane mode, UC/UD listener ports (degradation) */
 #define VBI_HELLO_VERSION VBI_WIRE_HELLO_VERSION
@@ -78,39 +79,7 @@ struct vbi_devres;
 struct vb_pub;
 struct vb_sub;
 
-/* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
- * per-publish or per-round array of peers is this long. */
-#define VBI_MAX_PEERS 1024u
 
-/* One RDMA device the context uses: the primary, and optionally a second
- * one for standby lanes (vb_ctx_attr_t.standby_ip / standby_device). */
-struct vbi_devres {
-	struct vb_ctx *ctx;
-	unsigned idx;            /* 0 primary, 1 standby device */
-	struct vbt_dev *dev;
-	struct vbt_pd *pd;
-	struct vbi_mempool *pool;
-	struct vbt_cq *cq;
-	struct vbi_qpool *qpool; /* the lanes' pre-warmed, recycled QPs (lanepool.c) */
-	atomic_bool fatal;       /* DEVICE_FATAL: nothing on it completes any more */
-	atomic_bool port_down;   /* PORT_ERR seen, no PORT_ACTIVE since */
-	atomic_bool failed;      /* a port/device event failed every lane on it:
-				  * the progress thread fails them over */
-	/* Hot removal (rdma link delete, unplug; docs/recovery.md section 6):
-	 * @removed is set with @fatal by the event thread; from then on no
-	 * lane is created on the device, and once none is left (@nlanes) and
-	 * no listener is bound to it (@nlisteners), the progress thread
-	 * closes everything on it (@closed), so the kernel can finish. */
-	atomic_bool removed;
-	atomic_int nlanes;       /* lanes whose QP is on this device */
-	atomic_int nlisteners;   /* node listeners bound to this device */
-	bool closed;             /* progress thread: all objects on it closed */
-	bool ud_closed;          /* the UD endpoint (FANOUT) moved off it, or closed */
-	bool mc_warned;
-	uint64_t removed_ns;
-	uint64_t wait_log_ns;     /* progress: last 'still waiting' message */
-	char name[64];           /* the device's name (dev is NULL once closed) */
-};
 
 /* A publisher's view of one subscriber peer. */
 struct vbi_pubpeer {
@@ -175,174 +144,9 @@ struct vbi_rxs {
 				  * without it (sub.c stream reuse) */
 };
 
-/* Lane roles (HELLO): what a new connection is for. */
-enum vbi_lane_role {
-	VBI_LANE_PRIMARY = 0,    /* the first connection between two nodes */
-	VBI_LANE_STANDBY = 1,    /* pre-warmed in RTS, takes over on a failure */
-	VBI_LANE_REPLACE = 2,    /* built after a failure with no standby left */
-	VBI_LANE_PROBE = 3,      /* degraded path: an RC lane probing whether RC works
-				  * again; promoted to active when the policy says so */
-};
 
-/*
- * A lane: one connection between two nodes (QP, CM state, receive
- * slots, a send ring, credits). A peer has one active lane (published
- * through its core/path, RCU-protected), at most one standby, and lanes
- * being retired. Lanes pair up 1:1 with the remote's (one connection);
- * the connecting side numbers them (@id, increasing).
- * A lane has a mode: RC normally; UC or UD when the path is degraded
- * (lane_failover.c, "degradation"): those carry ORDERED data with software
- * reliability on top (go-back-N on NAK, a retransmission timeout, credit
- * resynchronisation), see docs/recovery.md.
- * Everything except the atomics is under *@lk: the peer's txlock once the
- * lane is bound to a peer, its own lock before (an accepted connection
- * whose HELLO has not arrived yet).
- */
-struct vbi_lane {
-	struct vbi_lane *next;   /* peer->lanes, node->pending or node->retire */
-	struct vb_node *node;
-	struct vbi_peer *peer;   /* NULL until bound */
-	pthread_mutex_t *lk;
-	pthread_mutex_t own_lock;
-	struct vbi_devres *dr;
-	struct vbt_qp *qp;
-	struct vbt_conn *conn;
-	uint32_t id;             /* connector-assigned lane number */
-	uint8_t role;            /* enum vbi_lane_role */
-	uint8_t mode;            /* enum vb_qp_type: RC, or UC/UD when degraded */
-	uint32_t max_send;       /* largest SEND / datagram payload we may post */
-	atomic_bool conn_ready;  /* @conn is set (UD sends need its address) */
-	atomic_bool hello_deferred; /* our HELLO waits for conn_ready (UD, accepted) */
-	uint64_t last_returned;  /* unreliable: returned_total at the last check ... */
-	uint64_t credit_ns;      /* ... and when it last moved (credit resync) */
-	uint32_t epoch;          /* path epoch it was published with */
-	atomic_bool dead;        /* failed or being retired: no more posts */
-	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
-	atomic_bool rx_lost;     /* a received SEND could not be dispatched (no
-				  * memory to queue its deliveries): nothing
-				  * later on it is, the lane fails over and the
-				  * peer sends again what we did not acknowledge
-				  * (progress thread) */
-	atomic_bool retiring;    /* on node->retire (once) */
-	atomic_bool in_setup;    /* the thread accepting or connecting it still
-				  * uses it (the peer's HELLO can bind it before
-				  * that returns): maint_retire leaves it alone */
-	atomic_bool hello_rcvd;
-	atomic_bool hello_sent;
-	atomic_bool hello_claim; /* our HELLO is being / was sent (once) */
-	atomic_int fail_act;     /* worst disruptive enum vbi_err_action reported
-				  * by completions/events, not yet handled (0 none) */
-	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
-	struct vbi_sring sr;
-	uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
-	uint64_t returned_total; /* slots the remote gave back */
-	uint32_t remote_slots;   /* from HELLO */
-	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
-	uint64_t ka_sends;       /* keepalive: sends_total when last looked at */
-	uint64_t ka_ms;          /* ... and when (coarse ms) */
 
-	struct vbi_slot *slots;  /* the progress context's */
-	uint32_t nslots;
-	atomic_uint posted_recvs; /* outstanding receive WRs */
-	uint64_t created_ns;
-	/* A newer standby's HELLO replaced it (hello_lane_up), 0: not. The
-	 * peer may have switched to it (a LANE on its way, racing that HELLO
-	 * on another connection): kept for VBI_REPLACED_KEEP_NS, then retired
-	 * (maint_peer) unless it became the active lane. Under the peer's
-	 * txlock. */
-	uint64_t replaced_ns;
-	uint64_t accepted_ns;    /* accepted, waiting for the HELLO (node->pending) */
-	uint64_t refused_ns;     /* refused (vbi_lane_refuse): dropped after its BYE */
-	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
-				  * posted, no send ring (vbi_lane_commit) */
-	uint64_t rx_count;       /* receives (progress context): test loss injection */
-	struct vbi_lane_auth auth; /* handshake authentication (auth.c) */
-};
-
-/* A path event recorded under txlock, reported after it is dropped. */
-struct vbi_pev {
-	uint8_t type;            /* enum vbi_path_ev_type */
-	uint8_t from, to;        /* DEGRADE / PROMOTE: lane modes */
-	uint64_t outage_ns;
-	const char *reason;
-};
-
-struct vbi_peer {
-	struct vbi_peer *next;
-	struct vb_node *node;
-	char name[VBI_NAME_MAX];
-	uint64_t uid;            /* the remote node's random id (HELLO) */
-	bool connector;          /* we connected: we build its lanes */
-	struct sockaddr_storage addr;    /* connector: where we connected */
-	struct sockaddr_storage sb_addr; /* its standby listener (family 0: none) */
-	struct sockaddr_storage alt_addr; /* connector: the backup node to connect to
-					   * when this peer is given up (family 0:
-					   * none; vb_node_connect_backup) */
-	atomic_bool alt_pending;  /* given up: the maintenance thread connects to
-				   * alt_addr */
-
-	struct vbi_path path;    /* active lane (RCU), standby, failover policy */
-	struct vbi_lane *lanes;  /* every lane bound to the peer (txlock) */
-	uint32_t next_lane_id;   /* connector: id of the next lane */
-	uint32_t rx_lane_id;     /* data from lanes numbered below is stale
-				  * (progress context) */
-	uint64_t recover_since_ns; /* recovering with no lane since (0: not) */
-	/* The active connection failed (fail_watch) when last_rx_ms was
-	 * rx_ms_at_fail: the peer was heard from since iff last_rx_ms moved
-	 * (txlock; the maintenance thread reads them for the dead-peer rule) */
-	bool fail_watch;
-	uint64_t rx_ms_at_fail;
-	/* when it last returned receive credits (an ACK with some): its
-	 * process is alive and consuming, whatever it acknowledges (a large
-	 * message arrives fragment by fragment); the slow-subscriber check
-	 * restarts its clocks from it. Progress thread writes, atomic. */
-	atomic_uint_fast64_t credit_rx_ns;
-	char refused[VBI_REFUSE_MAX + 1]; /* connector: the node refused us, why (txlock) */
-	unsigned warm_failures;  /* connector: consecutive lane-building failures
-				  * (maintenance thread only) */
-	uint64_t warm_after_ns;  /* ... next attempt not before */
-	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
-	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
-	struct vbi_lane *probe;  /* connector, degraded: the RC probe lane (txlock) */
-	uint64_t probe_ns;       /* last probe reported (maintenance thread) */
-	uint16_t uc_port, ud_port; /* its UC / UD listeners (HELLO; 0: none) */
-	struct vbi_pev pev[8];   /* path events to report (txlock) */
-	unsigned npev;
-
-	/* state flags: read without locks from several threads */
-	atomic_bool up;          /* first HELLO received */
-	atomic_bool dead;        /* given up (no lane can be had) or closed */
-	atomic_bool closing;
-	atomic_bool remote_closed; /* the peer said BYE */
-
-	pthread_mutex_t txlock;
-	uint32_t remote_slot_size;
-	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
-	struct vbi_pubpeer *rr;   /* round-robin cursor */
-	atomic_bool corked;       /* data queued behind a SEND in flight: the
-				   * progress thread flushes it when that SEND
-				   * completes (vbi_peer_after_poll) */
-	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
-	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
-	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
-				   * it again (progress thread, after_poll) */
-
-	/* receive side: dirty, delivered_since_ack and last_rx_ms are under
-	 * txlock, because any SEND to this peer may carry the ACKs */
-	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
-	uint64_t delivered_since_ack;
-	uint64_t last_rx_ms;     /* when data last arrived (idle ACK timer) */
-
-	/* the remote node */
-	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) (FANOUT) */
-	struct vbt_ah *ah;       /* towards its UD QP */
-	struct vbi_rsub *rsubs;  /* its subscriptions (node->lock) */
-
-	/* protocol rules (auth.c; progress context) */
-	uint32_t max_lane_id;    /* accepting side: highest lane number it announced */
-	uint32_t lane_epoch_rx;  /* highest epoch of its LANE frames (they only grow) */
-};
 
 struct vb_pub {
 	struct vb_pub *next;
@@ -393,133 +197,7 @@ struct vb_sub {
 				    * and read by the flushing thread (cbq.c) */
 };
 
-struct vb_node {
-	struct vb_node *next;
-	struct vb_ctx *ctx;
-	char name[VBI_NAME_MAX];
-	uint64_t uid;              /* random: lets a peer match our lanes */
-	pthread_rwlock_t lock;
-	struct vbi_peer *peers;
-	struct vbi_lane *pending;  /* accepted lanes waiting for their HELLO (lock) */
-	struct vb_pub *pubs;
-	struct vb_sub *subs;
-	unsigned npeers_up;
 
-	/* listeners: [0] RC on the primary device, [1] RC on the standby
-	 * device, [2] UC and [3] UD on the primary device (degraded lanes) */
-	struct vbt_listener *listener[4];
-	atomic_ushort lport[4];    /* their ports, 0 once closed (HELLO reads them) */
-	pthread_t accept_thread[4];
-	bool accepting[4];
-	atomic_bool stop;
-	uint16_t port;
-	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */
-
-	/* maintenance thread: retires lanes, warms standbys, rebuilds */
-	pthread_t maint_thread;
-	bool maint_running;
-	pthread_mutex_t maint_lock;
-	pthread_cond_t maint_cv;
-	unsigned retiring;         /* lanes marked for retirement, not yet freed */
-};
-
-struct vb_ctx {
-	vb_ctx_attr_t attr;
-	const struct vbt_ops *ops;
-	struct vbi_devres dr[2];   /* [0] primary; [1] standby device (ndev == 2) */
-	unsigned ndev;
-	/* aliases of dr[0] */
-	struct vbt_dev *dev;
-	struct vbt_pd *pd;
-	struct vbi_mempool *pool;
-	struct vbt_cq *cq;
-	struct vbt_conn_param cp;
-	struct vbi_sizing_out sz;
-	uint32_t ud_mtu;           /* datagram payload bytes (path MTU) */
-	struct vbi_errpol errpol;  /* every error completion / async event classified */
-	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
-
-	/* UD endpoint (FANOUT), on ud_dr (dr[0]; dr[1] after dr[0] was removed:
-	 * dev_reap (progress.c) moves it, under ud_lock) */
-	struct vbi_devres *_Atomic ud_dr;
-	struct vbt_qp *ud_qp;
-	struct vbt_peer ud_local;  /* its address (ud_addr_lock: a leaf lock) */
-	pthread_mutex_t ud_addr_lock;
-	pthread_mutex_t ud_lock;   /* posting on the UD QP */
-	struct vbi_sring ud_sr;
-	struct vbi_slot *ud_slots;
-	uint32_t ud_nslots;
-	uint32_t ud_sq_depth;      /* sizing's, at least max_peers + 2 (vb_ctx_create) */
-	uint32_t ud_posted;
-
-	/* progress */
-	pthread_t thread;
-	bool thread_running;
-	atomic_bool stop;
-	pthread_mutex_t progress_lock; /* APP mode: one thread at a time runs progress
-					* (trylock only; the progress thread of
-					* THREAD mode takes none) */
-	atomic_uint idle_polls;       /* APP mode: empty polls (vb_progress yields every 64th) */
-
-	uint64_t last_hb_ms;       /* progress: last heartbeat round */
-	uint64_t hb_check_ns;      /* progress: last look at last_hb_ms (vbi_now_ns) */
-	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
-				     * complete (or for ring space) */
-	bool cork;                  /* attr.batch: cork batching on */
-	atomic_bool kick;           /* another thread left the peers work: the
-				     * next progress round visits them */
-	/* The progress thread about to block, or blocked, in its CQ wait
-	 * (written by it; read by every thread that leaves it work, which
-	 * then writes wake_fd: vbi_ctx_wake). Seq_cst on both sides: the
-	 * thread sets it and then looks for work (kick, fail_pending); the
-	 * other sets its flag and then reads this. */
-	atomic_bool sleeping;
-	int wake_fd;                /* eventfd in that wait (-1 before vb_ctx_create made it) */
-	uint64_t after_poll_ns;     /* progress: last per-peer round */
-	/* Bumped (release) after a thread other than the progress thread has
-	 * built objects that completions will point at, before their first
-	 * post; the progress thread reads it (acquire) before dispatching.
-	 * The device orders this for real; this makes it visible to TSan. */
-	atomic_uint init_gen;
-
-	struct vbi_mcast_ctx *mc;  /* FANOUT multicast (mcast.c); NULL when off */
-
-	/* Callbacks, run with no verbus lock held (cbq.c). cbq, cbq_n/cap,
-	 * cb_depth, cb_zombies: the thread running progress. evq: evq_lock. */
-	struct vbi_cb *cbq;
-	unsigned cbq_n, cbq_cap, cb_depth;
-	struct vbi_zombie *cb_zombies;
-	pthread_mutex_t evq_lock;
-	struct vbi_ev *evq, **evq_tail;
-	unsigned evq_n;
-	atomic_bool evq_any;
-
-	pthread_mutex_t lock;      /* node list */
-	struct vb_node *nodes;
-	atomic_uint npeers;        /* vbi_ctx_take_peer / _put_peer (no lock: it is
-				    * taken under node->lock, which ctx->lock precedes) */
-
-	struct {
-		atomic_uint_fast64_t published, delivered, duplicates, gaps, lost, malformed;
-		atomic_uint_fast64_t sends_posted, frames_sent, batched_frames, inline_sends;
-		atomic_uint_fast64_t backpressure, acks_sent, acks_received;
-		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
-		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
-		atomic_uint_fast64_t degrades, promotions, naks_sent, naks_received;
-		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
-		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
-		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
-		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
-		atomic_uint_fast64_t devices_removed, devices_released;
-		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
-		atomic_uint_fast64_t auth_refused;
-	} st;
-	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
-	atomic_bool dev_removing;  /* some device is removed and not yet closed */
-	uint64_t reap_ns;          /* progress: last dev_reap try */
-	uint8_t auth_key[VBI_AUTH_KEY_MAX]; /* peer authentication (auth.c) */
-	size_t auth_key_len;       /* 0: no key */
-};
 
 /* progress.c */
 int vbi_progress_once(struct vb_ctx *ctx);
@@ -643,13 +321,6 @@ void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
 /* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
 #define VBI_REPLACED_KEEP_NS 1000000000ull
-/* Inside rcu read lock or txlock: the active lane if it can be posted to. */
-static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
-{
-	struct vbi_lane *l = vbi_path_lane(&p->path);
-
-	return l && !atomic_load_explicit(&l->dead, memory_order_relaxed) ? l : NULL;
-}
 
 /* node.c */
 struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
@@ -717,18 +388,6 @@ void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc 
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);
 
-/* lanepool.c: the lanes' QPs, from the device's warm pool and back */
-int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr);
-void vbi_lanepool_refill(struct vb_ctx *ctx); /* maintenance thread */
-void vbi_lanepool_close(struct vbi_devres *dr); /* device removed: parked QPs go */
-void vbi_lanepool_fini(struct vbi_devres *dr);
-void vbi_lanepool_stats(struct vb_ctx *ctx, vb_stats_t *st);
-/* l->qp = a QP of @mode in INIT, user_ctx @l. 0 or negative errno. */
-int vbi_lane_qp_get(struct vbi_lane *l, enum vb_qp_type mode);
-/* Before the drain: no error reported on @l's QP nor found by a query. */
-bool vbi_lane_qp_healthy(struct vbi_lane *l);
-/* After the drain and a grace period: recycle (@reuse) or destroy l->qp. */
-void vbi_lane_qp_put(struct vbi_lane *l, bool reuse);
 uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);
 void vbi_mcast_sub_leave(struct vb_ctx *ctx, uint32_t topic_id);
 void vbi_mcast_pub_open(struct vb_pub *pub);

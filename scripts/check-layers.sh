@@ -5,11 +5,12 @@
 #
 #   core 0  <  transport 1  <  engine 2  <  proto 3  <  api 4
 #
-# The public header (api/include/verbus/verbus.h) is the contract proto/
-# implements (its types: attributes, messages, statistics, events): it ranks
-# with proto (layer 3), so proto and api may include it and nothing below
-# may. The functions it declares are the facade's (api/src): a call to one
-# from proto is an upward call (2.).
+# The public header (api/include/verbus/verbus.h) is the contract the
+# library implements (its types: attributes, messages, statistics, events;
+# it includes nothing of ours): it ranks with engine (layer 2), so engine,
+# proto and api may include it, core and transport may not. The functions
+# it declares are the facade's (api/src): a call to one from below is an
+# upward call (2.).
 #   scripts/check-layers.sh SRC_DIR [BUILD_DIR]
 #
 # 1. includes: every #include "..." (and #include <verbus/...>, the public
@@ -51,7 +52,7 @@ layer_of() {
 }
 rank_of() {
 	local i=0 l
-	[ "$1" = public ] && set -- proto # the contract ranks with proto
+	[ "$1" = public ] && set -- engine # the contract ranks with engine
 	for l in $LAYERS; do
 		[ "$l" = "$1" ] && { echo $i; return; }
 		i=$((i + 1))

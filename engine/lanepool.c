@@ -27,7 +27,7 @@
  */
 #include <errno.h>
 
-#include "proto/proto.h"
+#include "engine/lanepool.h"
 #include "core/err.h"
 #include "core/log.h"
 
