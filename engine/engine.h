@@ -54,7 +54,7 @@ struct vbi_rsub;
 struct vbi_mcast_ctx;
 struct vbi_cb;
 struct vbi_zombie;
-struct vbi_ev;
+struct vbi_ev; /* engine/events.c */
 
 /* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
  * per-publish or per-round array of peers is this long. */

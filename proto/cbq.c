@@ -14,8 +14,8 @@
  * seen.
  *
  * Events (on_event) come from every library thread, often under a lock:
- * they are copied into ctx->evq (evq_lock, a leaf lock) and run by the
- * progress thread at its next flush (each receive, and every round of
+ * they are copied into ctx->evq (engine/events.c; evq_lock, a leaf lock)
+ * and run by the progress thread at its next flush (each receive, and every round of
  * vbi_progress_once: within 20 ms when it blocks), or by vb_ctx_destroy.
  *
  * Threads: ctx->cbq, cb_zombies and cb_depth belong to the thread running
@@ -161,75 +161,6 @@ int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint
 	return 0;
 }
 
-/* ---- events ------------------------------------------------------------------------------ */
-
-struct vbi_ev {
-	struct vbi_ev *next;
-	vb_event_type_t type;
-	char peer[VBI_NAME_MAX];
-	char detail[256];
-};
-
-#define VBI_EVQ_MAX 4096 /* queued events; past it they are counted, not kept */
-
-void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
-{
-	struct vbi_ev *e;
-	va_list ap;
-
-	e = calloc(1, sizeof(*e));
-	if (!e) {
-		vbi_warn("event %d not reported: no memory", (int)type);
-		return;
-	}
-	e->type = type;
-	snprintf(e->peer, sizeof(e->peer), "%s", peer ? peer : "");
-	va_start(ap, fmt);
-	vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
-	va_end(ap);
-	vbi_info("event %d peer '%s': %s", (int)type, e->peer, e->detail);
-	if (!ctx->attr.on_event) {
-		free(e);
-		return;
-	}
-	pthread_mutex_lock(&ctx->evq_lock);
-	if (ctx->evq_n >= VBI_EVQ_MAX) {
-		pthread_mutex_unlock(&ctx->evq_lock);
-		atomic_fetch_add(&ctx->st.events_dropped, 1);
-		free(e);
-		return;
-	}
-	*ctx->evq_tail = e;
-	ctx->evq_tail = &e->next;
-	ctx->evq_n++;
-	atomic_store_explicit(&ctx->evq_any, true, memory_order_release);
-	pthread_mutex_unlock(&ctx->evq_lock);
-}
-
-/* Run the queued events, oldest first, with no lock held. */
-static void events_flush(struct vb_ctx *ctx)
-{
-	struct vbi_ev *e;
-
-	if (!atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
-		return;
-	pthread_mutex_lock(&ctx->evq_lock);
-	e = ctx->evq;
-	ctx->evq = NULL;
-	ctx->evq_tail = &ctx->evq;
-	ctx->evq_n = 0;
-	atomic_store_explicit(&ctx->evq_any, false, memory_order_relaxed);
-	pthread_mutex_unlock(&ctx->evq_lock);
-	while (e) {
-		struct vbi_ev *next = e->next;
-		vb_event_t ev = { .type = e->type, .peer = e->peer, .detail = e->detail };
-
-		ctx->attr.on_event(&ev, ctx->attr.event_arg);
-		free(e);
-		e = next;
-	}
-}
-
 /* ---- flush ------------------------------------------------------------------------------- */
 
 static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
@@ -285,7 +216,7 @@ void vbi_cb_flush(struct vb_ctx *ctx)
 		return;
 	ctx->cb_depth++;
 	cb_ctx = ctx;
-	events_flush(ctx);
+	vbi_events_run(ctx);
 	/* entries queued by a callback (none today: no receive path runs
 	 * inside one) would land behind: index, not pointer */
 	for (unsigned i = 0; i < ctx->cbq_n; i++) {
@@ -334,24 +265,16 @@ void vbi_cb_fini(struct vb_ctx *ctx)
 	/* events raised while everything was closed, on the destroying thread */
 	if (ctx->attr.on_event) {
 		cb_ctx = ctx;
-		events_flush(ctx);
+		vbi_events_run(ctx);
 		cb_ctx = outer;
 	}
-	while (ctx->evq) {
-		struct vbi_ev *e = ctx->evq;
-
-		ctx->evq = e->next;
-		free(e);
-	}
+	vbi_events_fini(ctx);
 	free(ctx->cbq);
 	ctx->cbq = NULL;
 	ctx->cbq_n = ctx->cbq_cap = 0;
-	pthread_mutex_destroy(&ctx->evq_lock);
 }
 
 void vbi_cb_init(struct vb_ctx *ctx)
 {
-	pthread_mutex_init(&ctx->evq_lock, NULL);
-	ctx->evq = NULL;
-	ctx->evq_tail = &ctx->evq;
+	vbi_events_init(ctx);
 }

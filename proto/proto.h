@@ -58,6 +58,7 @@
 #include "core/wire.h"
 #include "core/wire_msg.h"
 #include "engine/engine.h"
+#include "engine/events.h"
 #include "engine/lanepool.h"
 #include "engine/qpool.h"
 #include "engine/sring.h"
@@ -243,9 +244,6 @@ void vbi_cb_wait_idle(atomic_uint *pending);
 /* sub.c, from the flush: message @seq of @r was delivered: ACK owed. */
 void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 
-/* An event for vb_ctx_attr_t.on_event: any thread, any lock held (queued). */
-void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
 /* progress.c: wait for completions another thread reaps, a bounded nap at
  * a time: in VB_PROGRESS_APP mode an application thread runs a progress
