@@ -55,6 +55,7 @@ struct vbi_mcast_ctx;
 struct vbi_cb;
 struct vbi_zombie;
 struct vbi_ev; /* engine/events.c */
+struct vbi_upcalls; /* engine/upcalls.h */
 
 /* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
  * per-publish or per-round array of peers is this long. */
@@ -292,6 +293,9 @@ struct vb_node {
 };
 
 struct vb_ctx {
+	/* the protocol's functions the engine calls (engine/upcalls.h): set by
+	 * vbi_ctx_open() first, never changed */
+	const struct vbi_upcalls *up;
 	vb_ctx_attr_t attr;
 	const struct vbt_ops *ops;
 	struct vbi_devres dr[2];   /* [0] primary; [1] standby device (ndev == 2) */

@@ -252,6 +252,7 @@ int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out)
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return vbi_err(-ENOMEM, "context");
+	ctx->up = &vbi_proto_upcalls; /* before anything of the engine runs on it */
 	ctx->attr = *attr;
 	if ((rc = vbi_auth_ctx_init(ctx))) { /* before anything that needs undoing */
 		vbi_auth_ctx_fini(ctx);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/upcalls.h"
 #include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -85,14 +86,12 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	struct vb_ctx *ctx = node->ctx;
 	/* the lane and its handshake authentication state, in one block (one
 	 * free in vbi_lane_destroy_now) */
-	struct vbi_lane *l = calloc(1, sizeof(*l) + sizeof(struct vbi_lane_auth));
+	struct vbi_lane *l = calloc(1, sizeof(*l) + ctx->up->lane_auth_size);
 	int rc;
 
 	*out = NULL;
 	if (!l)
 		return vbi_err(-ENOMEM, "lane");
-	_Static_assert(sizeof(struct vbi_lane) % _Alignof(struct vbi_lane_auth) == 0,
-		       "the authentication state follows the lane, aligned");
 	l->auth = (struct vbi_lane_auth *)(l + 1);
 	l->node = node;
 	l->dr = dr;
@@ -280,7 +279,7 @@ void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_
 		l->credit_ns = now_ns;
 		atomic_fetch_add_explicit(&ctx->st.credit_resyncs, 1, memory_order_relaxed);
 	}
-	n = vbi_pub_rto_peer(p, now_ns, rto);
+	n = ctx->up->peer_rto(p, now_ns, rto);
 	if (n)
 		atomic_fetch_add_explicit(&ctx->st.rto_retransmits, n, memory_order_relaxed);
 }
@@ -359,7 +358,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	 * queuing cannot fail under them (no callback ever runs there). With
 	 * no memory the SEND is not used and the lane fails over: the peer
 	 * sends again what we did not acknowledge (ORDERED: exactly once). */
-	if (byte_len && vbi_cb_reserve(ctx, VBI_CB_FOR_BYTES(byte_len))) {
+	if (byte_len && ctx->up->cb_reserve(ctx, VBI_CB_FOR_BYTES(byte_len))) {
 		struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
 					     "no memory to queue deliveries" };
 
@@ -377,12 +376,12 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		atomic_fetch_add(&ctx->st.malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
 	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
-		vbi_dispatch_frames(ctx, l, data, byte_len);
+		ctx->up->dispatch_frames(ctx, l, data, byte_len);
 	}
 	pthread_rwlock_unlock(&node->lock);
 	/* the callbacks, with no lock held; the slot (what they read) is
 	 * posted again after them */
-	vbi_cb_flush(ctx);
+	ctx->up->cb_flush(ctx);
 	if (atomic_load(&l->draining) || atomic_load(&l->dead))
 		return;
 	if (post_slot(l, slot)) {

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/upcalls.h"
 #include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -230,7 +231,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	} else {
 		old = vbi_path_switch(&p->path, s, now, &s->epoch);
 	}
-	n = vbi_pub_rewind_peer(p);
+	n = ctx->up->peer_rewind(p);
 	s->replaced_ns = 0; /* a replaced standby the peer switched to: kept */
 	if (s->mode != VB_QPT_RC) {
 		/* degraded lanes have no standby: an RC one left from before is
@@ -418,7 +419,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 				vbi_peer_pev_flush(p);
 			}
 			if (down)
-				vbi_peer_failed(p, "no connection can be had");
+				ctx->up->peer_failed(p, "no connection can be had");
 		}
 		pthread_rwlock_unlock(&n->lock);
 		if (any)

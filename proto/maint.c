@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/upcalls.h"
 #include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -172,7 +173,7 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, en
 	}
 	atomic_store(&l->conn_ready, true);
 	vbi_ctx_kick(l->node->ctx);
-	vbi_lane_send_hello(l);
+	ctx->up->lane_send_hello(l);
 	return 0;
 }
 
@@ -256,7 +257,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		pthread_mutex_unlock(&p->txlock);
 		vbi_peer_pev_flush(p);
 		atomic_fetch_add(&ctx->st.path_downs, 1);
-		vbi_peer_failed(p, "no connection could be rebuilt in time");
+		ctx->up->peer_failed(p, "no connection could be rebuilt in time");
 		return;
 	}
 	if (p->connector && !need_lane && mode != VB_QPT_RC)
@@ -294,7 +295,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 			pthread_mutex_unlock(&p->txlock);
 			vbi_peer_pev_flush(p);
 			atomic_fetch_add(&ctx->st.path_downs, 1);
-			vbi_peer_failed(p, why);
+			ctx->up->peer_failed(p, why);
 			return;
 		}
 
@@ -336,11 +337,11 @@ static void *maint_main(void *arg)
 		pthread_mutex_unlock(&node->maint_lock);
 		if (atomic_load(&node->stop))
 			break;
-		vbi_node_pending_expire(node);
+		ctx->up->node_pending_expire(node);
 		maint_retire(node);
 		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
-		vbi_node_backup_step(node);
-		vbi_node_reap(node);
+		ctx->up->node_backup_step(node);
+		ctx->up->node_reap(node);
 		/* Peers are freed by vbi_node_reap, on this thread, above: the
 		 * snapshot stays valid until the next round. */
 		pthread_rwlock_rdlock(&node->lock);

@@ -344,3 +344,27 @@ int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 		*more = upto != NULL;
 	return 0;
 }
+
+/*
+ * The per-peer round (vbi_peer_after_poll, engine), active lane @l with
+ * its HELLO received: send a standalone ACK only when one is really due:
+ * the publisher asked (k-of-n), a quarter of the slots wait to be
+ * returned, 256 messages went unacknowledged, or nothing has arrived for
+ * 2 ms (@idle: the poll found nothing). A lone credit is not returned on
+ * its own: the ACK carrying it would consume one of the peer's slots,
+ * which it would return the same way (ACK ping-pong). txlock held;
+ * node->lock held for reading (so subscribers, whose streams sit on the
+ * dirty list, cannot go away meanwhile). Upcall peer_acks.
+ */
+void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+		       bool idle)
+{
+	bool urgent = false, due;
+
+	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
+		urgent |= r->ack_urgent;
+	due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
+	      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
+	if (due)
+		vbi_peer_send_acks(p, l, buf, cap, NULL);
+}

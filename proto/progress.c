@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/upcalls.h"
 #include "proto/progress.h"
 #include "proto/ud.h"
 #include "proto/proto.h"
@@ -232,7 +233,7 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		n += r;
 	}
 	vbi_peer_handle_failures(ctx);
-	vbi_cb_flush(ctx); /* events from every thread, no lock held */
+	ctx->up->cb_flush(ctx); /* events from every thread, no lock held */
 	/* The per-peer round (flush, ACKs, credits, keepalives, control
 	 * frames) after a poll that completed something, when another thread
 	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
@@ -246,8 +247,8 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		ctx->after_poll_ns = now;
 		for_each_peer_after_poll(ctx, n == 0);
 	}
-	vbi_pub_fanout_flush(ctx, n == 0);
-	vbi_pub_slow_check(ctx, now);
+	ctx->up->fanout_flush(ctx, n == 0);
+	ctx->up->slow_check(ctx, now);
 	/* heartbeats in their own (coarse ms) clock, looked at every 20 ms
 	 * of this round's clock: an empty poll reads one clock, not two */
 	if (n == 0 && now - ctx->hb_check_ns >= 20000000ull) {
@@ -256,7 +257,7 @@ int vbi_progress_once(struct vb_ctx *ctx)
 		ctx->hb_check_ns = now;
 		if (now_ms - ctx->last_hb_ms >= 20) {
 			ctx->last_hb_ms = now_ms;
-			vbi_pub_heartbeats(ctx, now_ms);
+			ctx->up->heartbeats(ctx, now_ms);
 		}
 	}
 	return n;
@@ -406,14 +407,11 @@ int vbi_progress_start(struct vb_ctx *ctx)
 
 /*
  * After each poll: flush queued data first (ACKs ride along in its batches),
- * then send a standalone ACK only when one is really due: the publisher
- * asked (k-of-n), a quarter of the slots wait to be returned, 256 messages
- * went unacknowledged, or nothing has arrived for 2 ms. A lone credit is
- * not returned on its own: the ACK carrying it would consume one of the
- * peer's slots, which it would return the same way (ACK ping-pong). Lanes
- * other than the active one return their credits on their own. node->lock
- * held for reading (so subscribers, whose streams sit on the dirty list,
- * cannot go away meanwhile).
+ * then a standalone ACK when the protocol says one is due (upcall
+ * peer_acks: vbi_peer_acks_due), then the keepalive. Lanes other than the
+ * active one return their credits on their own. node->lock held for
+ * reading (so subscribers, whose streams sit on the dirty list, cannot go
+ * away meanwhile).
  */
 /*
  * Keepalive on the active lane @l: when it has posted nothing for
@@ -454,9 +452,10 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 
 void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 {
+	const struct vbi_upcalls *up = p->node->ctx->up;
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 	struct vbi_lane *l;
-	bool urgent = false, due, held;
+	bool held;
 
 	if (p->dead || p->closing || !p->up)
 		return;
@@ -473,11 +472,11 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 				hl = o;
 		pthread_mutex_unlock(&p->txlock);
 		if (hl)
-			vbi_lane_send_hello(hl);
+			up->lane_send_hello(hl);
 		vbi_rcu_leave();
 	}
 	if (p->subs_pending)
-		p->subs_pending = vbi_peer_send_subs(p, NULL) != 0; /* retried until sent */
+		p->subs_pending = up->peer_send_subs(p, NULL) != 0; /* retried until sent */
 	/* Data corked behind a SEND in flight goes once that SEND completed
 	 * (vb_pub_commit); anything else queued (waiting for credits or ring
 	 * space) goes as soon as they allow. */
@@ -490,29 +489,24 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 		vbi_rcu_leave();
 	}
 	if (!held)
-		vbi_peer_flush(p);
+		up->peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
 	l = vbi_peer_lane(p);
 	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
 	    atomic_exchange(&p->ack_all, false))
-		vbi_sub_peer_ack_all(p->node, p); /* urgent: goes below */
+		up->peer_ack_all(p->node, p); /* urgent: goes below */
 	/* our FANOUT endpoint moved: tell the peer, on a lane that stays */
 	if (atomic_load_explicit(&p->ud_announce, memory_order_relaxed) && l &&
 	    atomic_load(&l->hello_rcvd) && !atomic_load(&l->dr->fatal) &&
 	    l->max_send >= VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN &&
-	    vbi_lane_send_ctrl(l, buf, vbi_udaddr_frame(p->node->ctx, buf)) == 0)
+	    vbi_lane_send_ctrl(l, buf, up->udaddr_frame(p->node->ctx, buf)) == 0)
 		atomic_store(&p->ud_announce, false);
 	if (l && atomic_load(&l->hello_rcvd)) {
 		uint32_t cap = l->max_send < sizeof(buf) ? l->max_send : (uint32_t)sizeof(buf);
 
 		if (l->mode != VB_QPT_RC)
 			vbi_lane_check_timers(p, l, vbi_now_ns());
-		for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
-			urgent |= r->ack_urgent;
-		due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
-		      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
-		if (due)
-			vbi_peer_send_acks(p, l, buf, cap, NULL);
+		up->peer_acks(p, l, buf, cap, idle);
 		keepalive(p, l, buf);
 	}
 	for (struct vbi_lane *o = p->lanes; o; o = o->next) {

@@ -62,6 +62,7 @@
 #include "engine/lanepool.h"
 #include "engine/qpool.h"
 #include "engine/sring.h"
+#include "engine/upcalls.h"
 #include "transport/transport.h"
 #include "proto/auth.h"
 
@@ -259,6 +260,8 @@ bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
  * in VB_PROGRESS_APP mode it runs progress meanwhile (@t may be waiting
  * for completions only this thread can reap now). */
 void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
+/* upcalls.c: the table vbi_ctx_open() sets ctx->up to (engine/upcalls.h) */
+extern const struct vbi_upcalls vbi_proto_upcalls;
 /* ctx.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
@@ -336,6 +339,9 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool *more);
 void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len);
+/* The per-peer round's standalone ACK, when one is due (upcall peer_acks). */
+void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+		       bool idle);
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
@@ -398,6 +404,8 @@ void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams);
 struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);
 void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wire_hdr *h,
 		  const void *payload);
+/* One datagram's frames to the FANOUT subscribers (upcall datagram). */
+void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len);
 void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer);
 void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer);
 /* An END frame from @peer (a publisher cut our stream); progress context,

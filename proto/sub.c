@@ -330,6 +330,41 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	 * shows up as a gap when the next one arrives. */
 }
 
+
+/* The frames of one datagram (the UD endpoint's or the multicast QP's,
+ * @len bytes after the GRH): DATA and HEARTBEAT frames go to each node's
+ * FANOUT subscriber of their topic. Progress context, ctx->lock held (each
+ * node->lock is taken for reading); room for the callbacks was reserved
+ * (vbi_ud_recv). Upcall datagram. */
+void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
+{
+	const uint8_t *pl;
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	int r;
+
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
+		if (r < 0) {
+			atomic_fetch_add(&ctx->st.malformed, 1);
+			vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "datagram frame dropped: %s",
+				  vbi_wire_err_name((enum vbi_wire_err)-r));
+			break;
+		}
+		if (h.type == VBI_WT_DATA || h.type == VBI_WT_HEARTBEAT) {
+			for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+				struct vb_sub *s;
+
+				pthread_rwlock_rdlock(&n->lock);
+				s = vbi_sub_find(n, h.topic);
+				if (s && s->cls == VB_FANOUT)
+					vbi_sub_data(s, NULL, &h, pl);
+				pthread_rwlock_unlock(&n->lock);
+			}
+		}
+	}
+}
+
 /*
  * END from @peer: publisher session h->session cut our stream of h->topic
  * (we were a slow subscriber); h->seq is the last message it sent us, and

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "engine/upcalls.h"
 #include "proto/ud.h"
 #include "proto/proto.h"
 #include "core/err.h"
@@ -119,7 +120,7 @@ static void ud_peers(struct vb_ctx *ctx, bool rebuild)
 				p->ah = NULL;
 				pthread_mutex_unlock(&ctx->ud_lock);
 			} else if (p->ud.qpn) {
-				vbi_peer_set_ud(p, p->ud.qpn, p->ud.qkey, p->ud.gid);
+				ctx->up->peer_set_ud(p, p->ud.qpn, p->ud.qkey, p->ud.gid);
 				atomic_store(&p->ud_announce, true);
 				vbi_ctx_kick(ctx);
 			}
@@ -175,11 +176,8 @@ void vbi_ud_move(struct vb_ctx *ctx)
 
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 {
-	const uint8_t *buf, *pl;
+	const uint8_t *buf;
 	uint32_t len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &buf);
-	struct vbi_wire_walk w;
-	struct vbi_wire_hdr h;
-	int r;
 
 	if (!len) {
 		atomic_fetch_add(&ctx->st.malformed, 1);
@@ -195,34 +193,16 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 
 		for (struct vb_node *n = ctx->nodes; n; n = n->next)
 			nodes++;
-		if (len && vbi_cb_reserve(ctx, VBI_CB_FOR_BYTES(len) * (nodes ? nodes : 1))) {
+		if (len && ctx->up->cb_reserve(ctx, VBI_CB_FOR_BYTES(len) * (nodes ? nodes : 1))) {
 			pthread_mutex_unlock(&ctx->lock);
 			vbi_error("a datagram of %u bytes dropped: %s", len, vbi_errmsg());
 			vbi_ud_repost(ctx, slot);
 			return;
 		}
 	}
-	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
-	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
-		if (r < 0) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
-			vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "datagram frame dropped: %s",
-				  vbi_wire_err_name((enum vbi_wire_err)-r));
-			break;
-		}
-		if (h.type == VBI_WT_DATA || h.type == VBI_WT_HEARTBEAT) {
-			for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-				struct vb_sub *s;
-
-				pthread_rwlock_rdlock(&n->lock);
-				s = vbi_sub_find(n, h.topic);
-				if (s && s->cls == VB_FANOUT)
-					vbi_sub_data(s, NULL, &h, pl);
-				pthread_rwlock_unlock(&n->lock);
-			}
-		}
-	}
+	/* the frames, to the FANOUT subscribers (the protocol's) */
+	ctx->up->datagram(ctx, buf, len);
 	pthread_mutex_unlock(&ctx->lock);
-	vbi_cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
+	ctx->up->cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
 	vbi_ud_repost(ctx, slot);
 }
