@@ -2,7 +2,7 @@
 /*
  * vb_bench lifecycle: what a QP costs to bring up and tear down through the
  * library's own QP lifecycle, the device pool the lanes take their QPs from
- * (engine/qpool.h, called by proto/lanepool.c): cold (a pool miss) vs
+ * (engine/qpool.h, called by engine/lanepool.c): cold (a pool miss) vs
  * pre-warmed (a hit) vs recycled through RESET.
  *
  * Per QP type (RC, UD), over --qps N QPs (>= 200 by default), with the same

@@ -27,7 +27,7 @@
  *   vbi_qpool_put(qp)                   qp has no outstanding WR and no
  *                                       thread can reach it any more (the
  *                                       caller drained it and waited for a
- *                                       grace period: proto/lane.c).
+ *                                       grace period: engine/lane.c).
  *   vbi_qpool_destroy                   alone, after every other call
  *                                       returned.
  * Ownership: parked QPs are the pool's (their user_ctx is NULL); a QP from

@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto/progress.h"
-#include "proto/ud.h"
 #include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"

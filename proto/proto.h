@@ -3,7 +3,10 @@
  * Internals of the protocol layer (proto/; the api/src facade calls the
  * functions at the end of this header). The publisher, subscriber and
  * callback objects are defined here; vb_ctx, vb_node, vbi_peer, vbi_lane
- * and vbi_devres in engine/engine.h.
+ * and vbi_devres in engine/engine.h. The engine's functions (lanes,
+ * failover, maintenance thread, progress loop, UD endpoint, multicast) are
+ * declared in the engine/ headers included below; it calls the protocol back
+ * through the upcall table (engine/upcalls.h, proto/upcalls.c).
  *
  * Objects and who touches them:
  *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
@@ -59,9 +62,13 @@
 #include "core/wire_msg.h"
 #include "engine/engine.h"
 #include "engine/events.h"
+#include "engine/lane.h"
 #include "engine/lanepool.h"
+#include "engine/mcast.h"
+#include "engine/progress.h"
 #include "engine/qpool.h"
 #include "engine/sring.h"
+#include "engine/ud.h"
 #include "engine/upcalls.h"
 #include "transport/transport.h"
 #include "proto/auth.h"
@@ -70,9 +77,7 @@
 /* 2: lanes (node uid, lane id, role, standby address);
  * 3: + lane mode, UC/UD listener ports (degradation) */
 #define VBI_HELLO_VERSION VBI_WIRE_HELLO_VERSION
-#define VBI_RTO_MS_DEFAULT 100 /* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
 #define VBI_NAK_RETRY_MS 20    /* a NAK for the same hole is repeated at most this often */
-#define VBI_UD_GRH VBI_WIRE_UD_GRH
 #define VBI_MAX_STREAMS_PER_SUB 1024 /* publisher sessions per subscriber */
 
 struct vbi_peer;
@@ -201,8 +206,6 @@ struct vb_sub {
 
 
 
-/* progress.c */
-int vbi_progress_once(struct vb_ctx *ctx);
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
 enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK, VBI_CB_END };
 struct vbi_cb {
@@ -231,9 +234,9 @@ int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint
 /* Room for @more entries, made before a receive buffer is dispatched so
  * that queuing its deliveries cannot fail under the locks (progress
  * thread). 0 or -ENOMEM. At most 2 entries per 4 bytes of frames (a
- * record and a gap), per node the buffer reaches: VBI_CB_FOR_BYTES. */
+ * record and a gap), per node the buffer reaches: VBI_CB_FOR_BYTES
+ * (engine/lane.h). Upcall cb_reserve. */
 int vbi_cb_reserve(struct vb_ctx *ctx, size_t more);
-#define VBI_CB_FOR_BYTES(len) ((size_t)(len) / 2 + 2)
 /* Run what is queued, and the events: the progress thread, no lock held. */
 void vbi_cb_flush(struct vb_ctx *ctx);
 /* True on the thread running @ctx's callbacks (inside one of them). */
@@ -245,70 +248,20 @@ void vbi_cb_wait_idle(atomic_uint *pending);
 /* sub.c, from the flush: message @seq of @r was delivered: ACK owed. */
 void vbi_sub_delivered(struct vbi_rxs *r, uint64_t seq, bool ack_req);
 
-void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s); /* ud.c */
-/* progress.c: wait for completions another thread reaps, a bounded nap at
- * a time: in VB_PROGRESS_APP mode an application thread runs a progress
- * round itself (its callbacks run on it), a library thread only naps (the
- * application's vb_progress() reaps them). */
-void vbi_progress_or_nap(struct vb_ctx *ctx);
-/* First thing on every library thread (progress, maintenance, accept). */
-void vbi_lib_thread_enter(void);
-/* True on a library thread of a VB_PROGRESS_APP context: what it waits for
- * completes only when the application calls vb_progress(). */
-bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
-/* pthread_join(@t), a library thread of @ctx; from an application thread
- * in VB_PROGRESS_APP mode it runs progress meanwhile (@t may be waiting
- * for completions only this thread can reap now). */
-void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
 /* upcalls.c: the table vbi_ctx_open() sets ctx->up to (engine/upcalls.h) */
 extern const struct vbi_upcalls vbi_proto_upcalls;
 /* ctx.c */
 bool vbi_ctx_take_peer(struct vb_ctx *ctx); /* false at max_peers */
 void vbi_ctx_put_peer(struct vb_ctx *ctx);
 
-/* lane.c, lane_failover.c, lane_hello.c: lanes, failover, HELLO; the
- * maintenance thread */
-/* Receive slots an accepted connection has before its HELLO is valid. */
-#define VBI_LEAN_SLOTS 2u
-/* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
- * ring until vbi_lane_commit() (after a valid HELLO): 0 or negative errno. */
-int vbi_lane_commit(struct vbi_lane *l);
-int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode, bool lean,
-		 struct vbi_lane **out);
-int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
-void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
-uint64_t vbi_rto_ns(void);
-void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
-int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
-int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
-uint32_t vbi_lane_credits(const struct vbi_lane *l);
+/* lane_hello.c: HELLO (the lanes, failover and the maintenance thread are
+ * the engine's: engine/lane.h) */
 void vbi_lane_send_hello(struct vbi_lane *l);
-void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
-void vbi_lane_retire(struct vbi_lane *l);
-/* The same, and marked dead now: peer->txlock held (lane_failover.c). */
-void vbi_lane_retire_locked(struct vbi_lane *l);
-/* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
- * false); returns the lane that was active, for the caller to retire.
- * p->txlock held (lane_failover.c). */
-struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
-/* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
-struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
-void vbi_lane_destroy_now(struct vbi_lane *l);
-void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
 /* Refuse the connection on accepted lane @l (its HELLO was valid but we
  * cannot take it): a BYE carrying @why instead of our HELLO, then it is
  * dropped. node->lock held for writing; the lane's memory is committed. */
 void vbi_lane_refuse(struct vbi_lane *l, const char *why);
-void vbi_lane_on_switch(struct vbi_lane *l);
-void vbi_peer_handle_failures(struct vb_ctx *ctx);
-void vbi_peer_pev_flush(struct vbi_peer *p);
-int vbi_peer_init_path(struct vbi_peer *p);
-void vbi_peer_allow_degrade(struct vbi_peer *p);
-void vbi_dev_event(const struct vbt_event *ev, void *arg);
-#define VBI_UDADDR_LEN VBI_WIRE_UDADDR_LEN /* UDADDR payload: qpn, qkey, gid */
-/* Our UD endpoint's address (for HELLO and UDADDR frames); any thread. */
-void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out);
 /* @p's UD endpoint (HELLO, UDADDR): its address handle is rebuilt on the
  * device of ours; progress context. */
 void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint8_t *gid);
@@ -317,16 +270,10 @@ void vbi_peer_set_ud(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint
 uint32_t vbi_udaddr_frame(struct vb_ctx *ctx, uint8_t *buf);
 /* A UDADDR frame from @p (its FANOUT endpoint moved); progress context. */
 void vbi_peer_on_udaddr(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl);
-int vbi_maint_start(struct vb_node *node);
-void vbi_maint_stop(struct vb_node *node);
-void vbi_maint_kick(struct vb_node *node);
-/* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
-#define VBI_REPLACED_KEEP_NS 1000000000ull
 
 /* node.c */
 struct vbi_peer *vbi_peer_alloc(struct vb_node *node);
 void vbi_peer_free(struct vbi_peer *p);
-int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len); /* lane.c */
 /* peer_frames.c */
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
@@ -342,16 +289,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 /* The per-peer round's standalone ACK, when one is due (upcall peer_acks). */
 void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool idle);
-void vbi_peer_after_poll(struct vbi_peer *peer, bool idle); /* progress.c */
-/* Any thread: have the next progress round visit every peer (work for it
- * was left by a thread other than the progress thread). */
-void vbi_ctx_kick(struct vb_ctx *ctx);
-/* Wake the progress thread if it blocks in its CQ wait: after a flag it will
- * look at (kick, fail_pending) is set. Any thread; a syscall only when it
- * sleeps. */
-void vbi_ctx_wake(struct vb_ctx *ctx);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
-void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len); /* ud.c */
 void vbi_node_backup_step(struct vb_node *node);
 /* Maintenance thread: free the peers given up or closed (node.c). */
 void vbi_node_reap(struct vb_node *node);
@@ -381,24 +319,12 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now_ns); /* now_ns: vbi_now
 
 int vbi_check_topic(const char *topic);
 
-/* mcast.c (FANOUT over multicast groups; see the header comment there) */
-void vbi_mcast_attr_init(vb_ctx_attr_t *a);
-int vbi_mcast_ctx_init(struct vb_ctx *ctx);
-void vbi_mcast_ctx_fini(struct vb_ctx *ctx);
-/* Progress context: the multicast QP, a membership or a retired one still
- * holds the primary device (or it cannot tell now): true. */
-bool vbi_mcast_uses_dev(struct vb_ctx *ctx);
-void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
-void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
-void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);
-
-uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);
-void vbi_mcast_sub_leave(struct vb_ctx *ctx, uint32_t topic_id);
+/* mcast_pub.c: a FANOUT publisher's multicast group (the engine's part:
+ * engine/mcast.h) */
 void vbi_mcast_pub_open(struct vb_pub *pub);
 void vbi_mcast_pub_close(struct vb_pub *pub);
 bool vbi_mcast_peer_joined(struct vb_pub *pub, struct vbi_peer *peer);
 const struct vbt_mcast *vbi_mcast_pub_group(struct vb_pub *pub);
-void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams);
 
 /* sub.c */
 struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id);
@@ -423,9 +349,8 @@ int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out);
 int vbi_ctx_close(struct vb_ctx *ctx);
 /* The whole current vb_stats_t (vb_ctx_stats_size copies out a prefix). */
 void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st);
-/* progress.c, VB_PROGRESS_APP: one progress round unless another thread
- * runs one (then 0 at once); completions handled, or a negative errno. */
-int vbi_progress_app(struct vb_ctx *ctx);
+/* vbi_progress_app (VB_PROGRESS_APP: vb_progress()) is the engine's:
+ * engine/progress.h */
 /* node.c */
 int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_node **out);
 int vbi_node_destroy(struct vb_node *node); /* not from a callback (the facade checks) */

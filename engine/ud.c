@@ -6,9 +6,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "engine/engine.h"
+#include "engine/events.h"
+#include "engine/lane.h"
+#include "engine/mcast.h"
+#include "engine/progress.h"
+#include "engine/ud.h"
 #include "engine/upcalls.h"
-#include "proto/ud.h"
-#include "proto/proto.h"
 #include "core/err.h"
 #include "core/log.h"
 

@@ -11,10 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
+#include "engine/events.h"
+#include "engine/lane.h"
+#include "engine/lanepool.h"
+#include "engine/mcast.h"
+#include "engine/progress.h"
+#include "engine/ud.h"
 #include "engine/upcalls.h"
-#include "proto/progress.h"
-#include "proto/ud.h"
-#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

@@ -36,8 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
+#include "engine/events.h"
+#include "engine/lane.h"
+#include "engine/progress.h"
 #include "engine/upcalls.h"
-#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

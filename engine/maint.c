@@ -22,8 +22,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/engine.h"
+#include "engine/events.h"
+#include "engine/lane.h"
+#include "engine/lanepool.h"
+#include "engine/progress.h"
 #include "engine/upcalls.h"
-#include "proto/proto.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"

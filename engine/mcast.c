@@ -40,8 +40,16 @@
  * the retired list; it is taken by sub/pub create and destroy only (joins
  * block up to cm_timeout_ms), never by the progress thread. The receive
  * path (vbi_mcast_recv/_repost) runs in the progress context without it.
- * vbi_mcast_pub_group runs under pub->lock (with ud_lock) on the publish
- * path and reads only what pub create fixed. Counters are atomics.
+ * vbi_mcast_pub_group (proto/mcast_pub.c) runs under pub->lock (with
+ * ud_lock) on the publish path and reads only what pub create fixed.
+ * Counters are atomics.
+ *
+ * Layers: this file (engine) holds the mapping, the multicast QP and its
+ * slots, every membership (vbi_mcast_pub_join/_retire for a publisher's)
+ * and the counters; what reads a publisher's cursors or a peer's
+ * subscriptions (which subscriber is reached through the group:
+ * vbi_mcast_peer_joined, vbi_mcast_pub_group) and the vb_pub wrappers
+ * (vbi_mcast_pub_open/_close) are the protocol's, proto/mcast_pub.c.
  *
  * A publisher's group AH may still be named by a datagram in flight when
  * the publisher goes: its membership is retired and left once the UD send
@@ -57,7 +65,12 @@
 #include <strings.h>
 #include <time.h>
 
-#include "proto/proto.h"
+#include "engine/engine.h"
+#include "engine/events.h"
+#include "engine/lane.h"
+#include "engine/mcast.h"
+#include "engine/progress.h"
+#include "engine/ud.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -480,32 +493,33 @@ void vbi_mcast_sub_leave(struct vb_ctx *ctx, uint32_t topic_id)
 
 /* ---- publishers ------------------------------------------------------------------- */
 
-/* Join @pub's group to send to it (no QP attached). On failure the
- * publisher stays unicast-only. Blocking; any thread, before the
- * publisher is linked (nothing else sees pub->mcast yet). */
-void vbi_mcast_pub_open(struct vb_pub *pub)
+/* A FANOUT publisher's membership of its topic's group, to send to it (no
+ * QP attached): *@group is set to the group, *@mcp to the membership or
+ * NULL (the join failed: unicast only; @who names the publisher in the
+ * log). Nothing is set when multicast is off. Blocking; any thread, before
+ * the publisher is linked (proto/mcast_pub.c: vbi_mcast_pub_open). */
+void vbi_mcast_pub_join(struct vb_ctx *ctx, uint32_t topic_id, const char *who, uint32_t *group,
+			struct vbt_mcast **mcp)
 {
-	struct vb_ctx *ctx = pub->node->ctx;
 	struct vbi_mcast_ctx *m = ctx->mc;
 	struct sockaddr_in sa;
 	int rc;
 
 	if (!m)
 		return;
-	pub->mcast_group = group_of(m, pub->topic_id);
-	group_sockaddr(pub->mcast_group, &sa);
+	*group = group_of(m, topic_id);
+	group_sockaddr(*group, &sa);
 	pthread_mutex_lock(&m->lock);
 	if (atomic_load(&ctx->dr[0].removed)) { /* its PD may be gone (dev_reap) */
 		pthread_mutex_unlock(&m->lock);
-		pub->mcast = NULL;
+		*mcp = NULL;
 		return;
 	}
 	reap_retired(ctx, false);
-	rc = ctx->ops->mcast_join(ctx->dev, ctx->pd, NULL, (struct sockaddr *)&sa, &ctx->cp,
-				  &pub->mcast);
+	rc = ctx->ops->mcast_join(ctx->dev, ctx->pd, NULL, (struct sockaddr *)&sa, &ctx->cp, mcp);
 	if (rc) {
-		pub->mcast = NULL;
-		join_failed(m, pub->topic, pub->mcast_group);
+		*mcp = NULL;
+		join_failed(m, who, *group);
 	} else {
 		atomic_fetch_add(&m->joins, 1);
 		atomic_fetch_add(&m->groups_now, 1);
@@ -513,50 +527,26 @@ void vbi_mcast_pub_open(struct vb_pub *pub)
 	pthread_mutex_unlock(&m->lock);
 }
 
-/* @pub is unlinked: retire its membership (left when no send can use it). */
-void vbi_mcast_pub_close(struct vb_pub *pub)
+/* A publisher's membership *@mcp (NULL: none) is retired, left when no
+ * send can use it; *@mcp is NULL after. @who names the publisher in the
+ * log. The publisher is unlinked (proto/mcast_pub.c: vbi_mcast_pub_close). */
+void vbi_mcast_pub_retire(struct vb_ctx *ctx, struct vbt_mcast **mcp, const char *who)
 {
-	struct vb_ctx *ctx = pub->node->ctx;
 	struct vbi_mcast_ctx *m = ctx->mc;
 	struct vbi_mcast_retired *r;
 
-	if (!m || !pub->mcast)
+	if (!m || !*mcp)
 		return;
 	pthread_mutex_lock(&m->lock);
 	r = calloc(1, sizeof(*r));
 	if (r) {
-		r->mc = pub->mcast;
+		r->mc = *mcp;
 		r->next = m->retired;
 		m->retired = r;
 	} else {
-		vbi_warn("'%s': out of memory retiring its multicast group: it stays joined",
-			 pub->topic);
+		vbi_warn("'%s': out of memory retiring its multicast group: it stays joined", who);
 	}
-	pub->mcast = NULL;
+	*mcp = NULL;
 	reap_retired(ctx, false);
 	pthread_mutex_unlock(&m->lock);
-}
-
-/* Does @peer's subscription to @pub's topic name the publisher's group?
- * node->lock held (rsubs). */
-bool vbi_mcast_peer_joined(struct vb_pub *pub, struct vbi_peer *peer)
-{
-	if (!pub->mcast)
-		return false;
-	for (struct vbi_rsub *r = peer->rsubs; r; r = r->next)
-		if (r->topic == pub->topic_id)
-			return r->mcast_group && r->mcast_group == pub->mcast_group;
-	return false;
-}
-
-/* The group to post @pub's datagrams to, or NULL when no live subscriber
- * is reached through it. pub->lock held. */
-const struct vbt_mcast *vbi_mcast_pub_group(struct vb_pub *pub)
-{
-	if (!pub->mcast)
-		return NULL;
-	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
-		if (pp->mcast && !pp->dead && !pp->peer->dead)
-			return pub->mcast;
-	return NULL;
 }

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Lanes (engine/lane.c: QP, receive slots, send ring, posting, credits, the
+ * UC/UD timers, receiving, retiring), failover (engine/lane_failover.c:
+ * failure reports, the switch to a standby lane, path events) and the
+ * per-node maintenance thread (engine/maint.c). What they need of the
+ * protocol above (frame dispatch, retransmission, HELLO, giving a peer up)
+ * they call through ctx->up (engine/upcalls.h). The HELLO that binds a
+ * connection to its peer is the protocol's (proto/lane_hello.c).
+ */
+#ifndef VERBUS_ENGINE_LANE_H
+#define VERBUS_ENGINE_LANE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <verbus/verbus.h>
+
+#include "core/errpolicy.h"
+#include "core/wire.h"
+#include "engine/engine.h"
+#include "engine/sring.h"
+#include "transport/transport.h"
+
+/* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
+#define VBI_RTO_MS_DEFAULT 100
+/* the GRH in front of every UD receive buffer */
+#define VBI_UD_GRH VBI_WIRE_UD_GRH
+/* Room in the callback queue for the deliveries of @len bytes of frames
+ * (upcall cb_reserve, before a receive buffer is dispatched): at most 2
+ * entries per 4 bytes of frames (a record and a gap), per node the buffer
+ * reaches. */
+#define VBI_CB_FOR_BYTES(len) ((size_t)(len) / 2 + 2)
+
+/* lane.c */
+/* Receive slots an accepted connection has before its HELLO is valid. */
+#define VBI_LEAN_SLOTS 2u
+/* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
+ * ring until vbi_lane_commit() (after a valid HELLO): 0 or negative errno. */
+int vbi_lane_commit(struct vbi_lane *l);
+int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode, bool lean,
+		 struct vbi_lane **out);
+int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
+void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
+uint64_t vbi_rto_ns(void);
+void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
+int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
+int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
+uint32_t vbi_lane_credits(const struct vbi_lane *l);
+void vbi_lane_retire(struct vbi_lane *l);
+void vbi_lane_destroy_now(struct vbi_lane *l);
+void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
+/* Control frames on @p's active lane once its HELLO came: 0, -ENOTCONN
+ * (peer dead or closing), -EAGAIN (no lane, or no credit / ring space) or
+ * vbi_lane_send_ctrl()'s error. p->txlock held. */
+int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len);
+
+/* lane_failover.c */
+void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
+/* The same, and marked dead now: peer->txlock held (lane_failover.c). */
+void vbi_lane_retire_locked(struct vbi_lane *l);
+/* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
+ * false); returns the lane that was active, for the caller to retire.
+ * p->txlock held (lane_failover.c). */
+struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
+/* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
+struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
+void vbi_lane_on_switch(struct vbi_lane *l);
+void vbi_peer_handle_failures(struct vb_ctx *ctx);
+void vbi_peer_pev_flush(struct vbi_peer *p);
+int vbi_peer_init_path(struct vbi_peer *p);
+void vbi_peer_allow_degrade(struct vbi_peer *p);
+void vbi_dev_event(const struct vbt_event *ev, void *arg);
+
+/* maint.c: the maintenance thread */
+int vbi_maint_start(struct vb_node *node);
+void vbi_maint_stop(struct vb_node *node);
+void vbi_maint_kick(struct vb_node *node);
+/* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
+#define VBI_REPLACED_KEEP_NS 1000000000ull
+
+#endif
