@@ -598,7 +598,16 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 /* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
 struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
 void vbi_lane_destroy_now(struct vbi_lane *l);
-void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
+/* A received SEND on lane @l in @slot: dispatched, its callbacks run. True:
+ * the slot is to be posted again, by the caller through vbi_lane_repost()
+ * (its receive WR stays counted in posted_recvs until then); false: done
+ * with it (not to be posted again, or posted already), the caller drops its
+ * count. Progress context. */
+bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
+/* Completions per CQ poll (progress.c), so the most receive slots of one
+ * lane that vbi_lane_repost() posts in one list. */
+#define VBI_POLL_BATCH 32
+void vbi_lane_repost(struct vbi_lane *l, struct vbi_slot *const *slots, unsigned n);
 void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const uint8_t *pl);
 /* Refuse the connection on accepted lane @l (its HELLO was valid but we
  * cannot take it): a BYE carrying @why instead of our HELLO, then it is
