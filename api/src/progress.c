@@ -100,7 +100,8 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 {
 	struct vbt_wc wc[VBI_POLL_BATCH];
 	struct vbi_slot *rep[VBI_POLL_BATCH]; /* RC receive slots to post again */
-	unsigned nrep = 0;
+	struct vbi_slot *urep[VBI_POLL_BATCH]; /* UD endpoint's ones */
+	unsigned nrep = 0, nurep = 0;
 	int n = vbt_cq_poll(cq, wc, VBI_POLL_BATCH);
 
 	if (n < 0) {
@@ -144,9 +145,10 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
 
 			ctx->ud_posted--;
-			if (ok)
-				vbi_ud_recv(ctx, s, wc[i].byte_len);
-			else if (!atomic_load(&ctx->stop))
+			if (ok) {
+				vbi_ud_dispatch(ctx, s, wc[i].byte_len);
+				urep[nurep++] = s;
+			} else if (!atomic_load(&ctx->stop))
 				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
 			break;
 		}
@@ -169,6 +171,7 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 		}
 	}
 	repost_slots(rep, nrep);
+	vbi_ud_repost_list(ctx, urep, nurep);
 	return n;
 }
 

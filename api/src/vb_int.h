@@ -666,6 +666,10 @@ void vbi_ctx_wake(struct vb_ctx *ctx);
 void vbi_thread_name(pthread_t t, const char *name);
 void vbi_peer_failed(struct vbi_peer *peer, const char *why);
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len); /* ud.c */
+/* vbi_ud_recv without the repost: the caller posts @slot again
+ * (vbi_ud_repost_list for the UD endpoint's slots). Progress context. */
+void vbi_ud_dispatch(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
+void vbi_ud_repost_list(struct vb_ctx *ctx, struct vbi_slot *const *slots, unsigned n);
 void vbi_node_backup_step(struct vb_node *node);
 /* Maintenance thread: free the peers given up or closed (node.c). */
 void vbi_node_reap(struct vb_node *node);
