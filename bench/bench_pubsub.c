@@ -489,7 +489,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 	vb_sub_stats_t st;
 	static struct sink s[16];
 	struct sink_result r;
-	uint64_t last = 0, quiet_since = now_ns(), started = 0;
+	uint64_t last = 0, quiet_since = now_ns(), started = 0, regs0 = 0;
+	vb_stats_t cs0;
 	static struct vbb_tcpu cpu0;
 
 	vb_ctx_attr_init(&ca);
@@ -531,6 +532,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 		if (!started) { /* the stream started: CPU time counts from here */
 			vbb_tcpu_snap(&cpu0);
 			started = now_ns();
+			if (getenv("VB_BENCH_STATS") && vb_ctx_stats(ctx, &cs0) == 0)
+				regs0 = cs0.pool_registrations;
 		}
 		if (g != last) {
 			last = g;
@@ -550,9 +553,10 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 					(i - 1) * MARK_EVERY, i * MARK_EVERY,
 					MARK_EVERY / ((double)(s[k].mark_ns[i] - s[k].mark_ns[i - 1]) / 1e9));
 		if (vb_ctx_stats(ctx, &cs) == 0)
-			fprintf(stderr, "subscriber: pool chunks %u, registered %zu, registrations %llu, "
-				"acks sent %llu\n", cs.pool_chunks, cs.pool_registered,
-				(unsigned long long)cs.pool_registrations,
+			fprintf(stderr, "subscriber: pool chunks %u, registered %zu, registrations %llu "
+				"(%llu since the first delivery), acks sent %llu\n", cs.pool_chunks,
+				cs.pool_registered, (unsigned long long)cs.pool_registrations,
+				(unsigned long long)(cs.pool_registrations - regs0),
 				(unsigned long long)cs.acks_sent);
 	}
 	for (int k = 0; k < nsubs; k++) {
@@ -594,6 +598,7 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		uint8_t *plain = calloc(1, size), *stamped = calloc(1, size);
 		uint64_t t0, t1, got = 0, lost = 0, bytes = 0, maxns = 0, worst_p99 = 0;
 		uint64_t pmark[64] = { 0 }; /* VB_BENCH_STATS: clock at publish 0, MARK_EVERY, ... */
+		uint64_t regs0 = 0;         /* VB_BENCH_STATS: pool registrations before the stream */
 		double agg = 0;
 		static struct vbb_tcpu cpu0;
 
@@ -623,6 +628,12 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		if (o->count > 20000)
 			fprintf(stderr, "%s: %s %zu B x %llu to %d subscriber(s)...\n", shape,
 				cls_name(o->cls), size, (unsigned long long)o->count, o->subs);
+		if (getenv("VB_BENCH_STATS")) {
+			vb_stats_t st0;
+
+			if (vb_ctx_stats(e.ctx, &st0) == 0)
+				regs0 = st0.pool_registrations;
+		}
 		vbb_tcpu_snap(&cpu0);
 		t0 = now_ns();
 		vbb_mark_start();
@@ -660,9 +671,10 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 					(unsigned long long)st.inline_sends,
 					(unsigned long long)st.backpressure);
 				fprintf(stderr, "%s: publisher: pool chunks %u, registered %zu, "
-					"registrations %llu, acks received %llu\n", shape,
-					st.pool_chunks, st.pool_registered,
+					"registrations %llu (%llu during the stream), acks received "
+					"%llu\n", shape, st.pool_chunks, st.pool_registered,
 					(unsigned long long)st.pool_registrations,
+					(unsigned long long)(st.pool_registrations - regs0),
 					(unsigned long long)st.acks_received);
 			}
 		}
