@@ -445,7 +445,9 @@ struct sink {
 	uint64_t first_ns;       /* clock at the first delivery */
 	uint64_t last_ns, last_n; /* clock at the last stamped delivery, its index */
 	struct vbi_hist lat;     /* publish -> delivery of the stamped messages */
+	uint64_t mark_ns[64];    /* clock at deliveries 0, MARK_EVERY, 2 x MARK_EVERY, ... */
 };
+#define MARK_EVERY 5000 /* VB_BENCH_STATS: the subscriber's rate per interval */
 
 static void sink_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 {
@@ -454,6 +456,8 @@ static void sink_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 
 	(void)sub;
 	s->bytes += m->len;
+	if (n % MARK_EVERY == 0 && n / MARK_EVERY < 64)
+		s->mark_ns[n / MARK_EVERY] = now_ns();
 	if (m->len >= 8)
 		memcpy(&sent, m->data, 8);
 	if (!sent && n)
@@ -485,7 +489,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 	vb_sub_stats_t st;
 	static struct sink s[16];
 	struct sink_result r;
-	uint64_t last = 0, quiet_since = now_ns(), started = 0;
+	uint64_t last = 0, quiet_since = now_ns(), started = 0, regs0 = 0;
+	vb_stats_t cs0;
 	static struct vbb_tcpu cpu0;
 
 	vb_ctx_attr_init(&ca);
@@ -527,6 +532,8 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 		if (!started) { /* the stream started: CPU time counts from here */
 			vbb_tcpu_snap(&cpu0);
 			started = now_ns();
+			if (getenv("VB_BENCH_STATS") && vb_ctx_stats(ctx, &cs0) == 0)
+				regs0 = cs0.pool_registrations;
 		}
 		if (g != last) {
 			last = g;
@@ -536,8 +543,22 @@ static int sink_proc(const struct opts *o, int nsubs, uint16_t port, int wfd)
 		}
 		usleep(1000);
 	}
-	if (getenv("VB_BENCH_STATS") && started)
+	if (getenv("VB_BENCH_STATS") && started) {
+		vb_stats_t cs;
+
 		vbb_tcpu_print(stderr, "subscriber", &cpu0, now_ns() - started);
+		for (int k = 0; k < nsubs; k++)
+			for (unsigned i = 1; i < 64 && s[k].mark_ns[i]; i++)
+				fprintf(stderr, "sub %d: deliveries %u-%u: %.0f msg/s\n", k,
+					(i - 1) * MARK_EVERY, i * MARK_EVERY,
+					MARK_EVERY / ((double)(s[k].mark_ns[i] - s[k].mark_ns[i - 1]) / 1e9));
+		if (vb_ctx_stats(ctx, &cs) == 0)
+			fprintf(stderr, "subscriber: pool chunks %u, registered %zu, registrations %llu "
+				"(%llu since the first delivery), acks sent %llu\n", cs.pool_chunks,
+				cs.pool_registered, (unsigned long long)cs.pool_registrations,
+				(unsigned long long)(cs.pool_registrations - regs0),
+				(unsigned long long)cs.acks_sent);
+	}
 	for (int k = 0; k < nsubs; k++) {
 		vb_sub_stats(sub[k], &st);
 		vb_sub_destroy(sub[k]);
@@ -576,6 +597,8 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		uint16_t port;
 		uint8_t *plain = calloc(1, size), *stamped = calloc(1, size);
 		uint64_t t0, t1, got = 0, lost = 0, bytes = 0, maxns = 0, worst_p99 = 0;
+		uint64_t pmark[64] = { 0 }; /* VB_BENCH_STATS: clock at publish 0, MARK_EVERY, ... */
+		uint64_t regs0 = 0;         /* VB_BENCH_STATS: pool registrations before the stream */
 		double agg = 0;
 		static struct vbb_tcpu cpu0;
 
@@ -605,6 +628,12 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 		if (o->count > 20000)
 			fprintf(stderr, "%s: %s %zu B x %llu to %d subscriber(s)...\n", shape,
 				cls_name(o->cls), size, (unsigned long long)o->count, o->subs);
+		if (getenv("VB_BENCH_STATS")) {
+			vb_stats_t st0;
+
+			if (vb_ctx_stats(e.ctx, &st0) == 0)
+				regs0 = st0.pool_registrations;
+		}
 		vbb_tcpu_snap(&cpu0);
 		t0 = now_ns();
 		vbb_mark_start();
@@ -617,6 +646,8 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 				memcpy(stamped, &ts, 8);
 				buf = stamped;
 			}
+			if (i % MARK_EVERY == 0 && i / MARK_EVERY < 64)
+				pmark[i / MARK_EVERY] = now_ns();
 			if (publish_spin(pub, buf, size, e.ctx, 0))
 				return fprintf(stderr, "%s: %s\n", shape, vb_errmsg()), 1;
 		}
@@ -626,7 +657,11 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 			vb_stats_t st;
 
 			vbb_tcpu_print(stderr, "publisher", &cpu0, t1 - t0);
-			if (vb_ctx_stats(e.ctx, &st) == 0)
+			for (unsigned i = 1; i < 64 && pmark[i]; i++)
+				fprintf(stderr, "pub: messages %u-%u: %.0f msg/s\n", (i - 1) * MARK_EVERY,
+					i * MARK_EVERY,
+					MARK_EVERY / ((double)(pmark[i] - pmark[i - 1]) / 1e9));
+			if (vb_ctx_stats(e.ctx, &st) == 0) {
 				fprintf(stderr, "%s: publisher: published %llu, SENDs/datagrams %llu, "
 					"frames %llu (batched %llu), inline %llu, back-pressure %llu\n",
 					shape, (unsigned long long)st.published,
@@ -635,6 +670,13 @@ static int run_stream(const struct opts *o, const char *shape, FILE *jf)
 					(unsigned long long)st.batched_frames,
 					(unsigned long long)st.inline_sends,
 					(unsigned long long)st.backpressure);
+				fprintf(stderr, "%s: publisher: pool chunks %u, registered %zu, "
+					"registrations %llu (%llu during the stream), acks received "
+					"%llu\n", shape, st.pool_chunks, st.pool_registered,
+					(unsigned long long)st.pool_registrations,
+					(unsigned long long)(st.pool_registrations - regs0),
+					(unsigned long long)st.acks_received);
+			}
 		}
 		for (int k = 0; k < o->subs; k++) {
 			struct sink_result r;
