@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# clang static analyzer over the library (core/ transport/ engine/ api/; tests,
+# clang static analyzer over the library (core/ transport/ engine/ proto/ api/; tests,
 # bench and examples are not built): a fresh build-scan/ under scan-build,
 # so every file is analyzed. Fails on any finding not explained in
 # scripts/scan-build.supp (each entry is explained in docs/testing.md,
