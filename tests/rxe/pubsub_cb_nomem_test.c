@@ -43,7 +43,8 @@
 #define TOPIC "nomem.orders"
 #define ST 9u
 #define WAIT_MS 60000
-#define PACED 100 /* messages sent one at a time first (not scaled) */
+#define PACED 100 /* messages sent one at a time first, each after the one before
+		   * was delivered (not scaled) */
 
 static uint64_t n_msgs;
 static int port_pipe[2];
@@ -196,10 +197,16 @@ static void test_cb_nomem(void **state)
 	for (uint64_t i = 0; i < n_msgs; i++) {
 		size_t len = msg_len(i);
 
-		/* the first PACED messages one SEND each (1 ms apart): the 40th
-		 * reservation falls among them whatever VERBUS_TEST_SCALE is */
-		if (i < PACED)
-			usleep(1000);
+		/* the first PACED messages one SEND each: each is published once
+		 * the one before was delivered (a fixed pause was not enough
+		 * under ASan: SENDs still in flight batched them, and the 40th
+		 * reservation came after them), so the 40th reservation falls
+		 * among them whatever VERBUS_TEST_SCALE is */
+		for (t0 = vbt_now_ms(); i < PACED && __atomic_load_n(&sh->got, __ATOMIC_ACQUIRE) < i;
+		     usleep(200))
+			if (vbt_now_ms() - t0 > WAIT_MS)
+				fail_msg("message %" PRIu64 " not delivered after %d ms", i - 1,
+					 WAIT_MS);
 
 		vbt_msg_fill(buf, len, ST, i);
 		for (t0 = vbt_now_ms(); (rc = vb_publish(pub, buf, len, &seq)) == -EAGAIN;
