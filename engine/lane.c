@@ -352,7 +352,7 @@ static unsigned test_drop_every(void)
 	return (unsigned)r;
 }
 
-bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)
+void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)
 {
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
@@ -370,10 +370,10 @@ bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 
 			vbi_lane_report(l, v, "receive repost failed");
 		}
-		return false;
+		return;
 	}
 	if (atomic_load(&l->rx_lost))
-		return false; /* the lane fails over: nothing after the lost SEND is used */
+		return; /* the lane fails over: nothing after the lost SEND is used */
 	/* Room to queue every delivery the SEND may hold, before any lock:
 	 * queuing cannot fail under them (no callback ever runs there). With
 	 * no memory the SEND is not used and the lane fails over: the peer
@@ -386,7 +386,7 @@ bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 			  vbi_errmsg());
 		atomic_store(&l->rx_lost, true);
 		vbi_lane_report(l, v, "no memory to queue deliveries");
-		return false;
+		return;
 	}
 	if (bound)
 		pthread_rwlock_rdlock(&node->lock);
@@ -400,66 +400,21 @@ bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	}
 	pthread_rwlock_unlock(&node->lock);
 	/* the callbacks, with no lock held; the slot (what they read) is
-	 * posted again after them, by the caller (vbi_lane_repost) */
+	 * posted again after them */
 	ctx->up->cb_flush(ctx);
-	return true;
-}
-
-/*
- * Post again the @n receive slots of @l that one CQ poll consumed and
- * vbi_lane_rc_recv() handed back, as one chained list (of at most
- * VBI_POLL_BATCH WRs: a longer one goes in several).
- * Their receive WRs are still counted in posted_recvs (the caller did not
- * decrement it for them): a posted slot keeps its count, one not posted
- * (the lane drains or is dead, or the post failed) loses it, which is
- * this function's last touch of the lane (it may be freed right after).
- * Posted slots are returned to the peer as credits (to_return). A failed
- * post reports the lane (RESET_QP) as a single repost did. Progress
- * context, no lock held.
- */
-void vbi_lane_repost(struct vbi_lane *l, struct vbi_slot *const *slots, unsigned n)
-{
-	struct vbt_sge sge[VBI_POLL_BATCH];
-	struct vbt_recv_wr wr[VBI_POLL_BATCH];
-	const struct vbt_recv_wr *bad = NULL;
-	uint32_t size = (uint32_t)l->node->ctx->attr.slot_size;
-	unsigned posted = 0;
-
-	if (!n)
+	if (atomic_load(&l->draining) || atomic_load(&l->dead))
 		return;
-	if (n > VBI_POLL_BATCH) {
-		/* (not from poll_cq) the tail first: the slots kept for the
-		 * list below still hold the lane */
-		vbi_lane_repost(l, slots + VBI_POLL_BATCH, n - VBI_POLL_BATCH);
-		n = VBI_POLL_BATCH;
-	}
-	if (!atomic_load(&l->draining) && !atomic_load(&l->dead)) {
-		for (unsigned i = 0; i < n; i++) {
-			sge[i] = (struct vbt_sge){ (uintptr_t)slots[i]->buf.addr, size,
-						   slots[i]->buf.lkey };
-			wr[i] = (struct vbt_recv_wr){ .next = i + 1 < n ? &wr[i + 1] : NULL,
-						      .wr_id = (uintptr_t)slots[i],
-						      .sg_list = &sge[i], .num_sge = 1 };
-		}
-		posted = n;
-		if (vbt_post_recv(l->qp, wr, &bad)) {
-			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
-						     "receive repost failed" };
+	if (post_slot(l, slot)) {
+		struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP, "receive repost failed" };
 
-			/* the WRs before *bad were posted */
-			posted = bad >= wr && bad < wr + n ? (unsigned)(bad - wr) : 0;
-			vbi_lane_report(l, v, "receive repost failed");
-		}
-		if (posted) {
-			pthread_mutex_lock(l->lk);
-			l->to_return += posted;
-			if (l->peer)
-				l->peer->last_rx_ms = vbi_now_ms();
-			pthread_mutex_unlock(l->lk);
-		}
+		vbi_lane_report(l, v, "receive repost failed");
+		return;
 	}
-	if (posted < n)
-		atomic_fetch_sub(&l->posted_recvs, n - posted);
+	pthread_mutex_lock(l->lk);
+	l->to_return++;
+	if (l->peer)
+		l->peer->last_rx_ms = vbi_now_ms();
+	pthread_mutex_unlock(l->lk);
 }
 
 /* ---- retiring ------------------------------------------------------------------------------ */

@@ -57,16 +57,7 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_retire(struct vbi_lane *l);
 void vbi_lane_destroy_now(struct vbi_lane *l);
-/* A received SEND on lane @l in @slot: dispatched, its callbacks run. True:
- * the slot is to be posted again, by the caller through vbi_lane_repost()
- * (its receive WR stays counted in posted_recvs until then); false: done
- * with it (not to be posted again, or posted already), the caller drops its
- * count. Progress context. */
-bool vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
-/* Completions per CQ poll (progress.c), so the most receive slots of one
- * lane that vbi_lane_repost() posts in one list. */
-#define VBI_POLL_BATCH 32
-void vbi_lane_repost(struct vbi_lane *l, struct vbi_slot *const *slots, unsigned n);
+void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 /* Control frames on @p's active lane once its HELLO came: 0, -ENOTCONN
  * (peer dead or closing), -EAGAIN (no lane, or no credit / ring space) or
  * vbi_lane_send_ctrl()'s error. p->txlock held. */

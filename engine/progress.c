@@ -80,35 +80,10 @@ static void lane_wc_error(struct vb_ctx *ctx, struct vbi_lane *l, const struct v
 		vbi_lane_report(l, v, vbt_wc_status_str(wc->status));
 }
 
-/* The receive slots one poll consumed (@rep, @n of them, in completion
- * order), posted again: one chained list per lane (vbi_lane_repost). The
- * slots are sorted out before each post: a lane may be freed once its
- * slots are posted or given up. */
-static void repost_slots(struct vbi_slot **rep, unsigned n)
-{
-	while (n) {
-		struct vbi_lane *l = rep[0]->lane;
-		struct vbi_slot *mine[VBI_POLL_BATCH];
-		unsigned k = 0, rest = 0;
-
-		for (unsigned i = 0; i < n; i++) {
-			if (rep[i]->lane == l)
-				mine[k++] = rep[i];
-			else
-				rep[rest++] = rep[i];
-		}
-		vbi_lane_repost(l, mine, k);
-		n = rest;
-	}
-}
-
 static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 {
-	struct vbt_wc wc[VBI_POLL_BATCH];
-	struct vbi_slot *rep[VBI_POLL_BATCH]; /* RC receive slots to post again */
-	struct vbi_slot *urep[VBI_POLL_BATCH]; /* UD endpoint's ones */
-	unsigned nrep = 0, nurep = 0;
-	int n = vbt_cq_poll(cq, wc, VBI_POLL_BATCH);
+	struct vbt_wc wc[32];
+	int n = vbt_cq_poll(cq, wc, 32);
 
 	if (n < 0) {
 		vbi_error("completion queue poll failed: %s", vbi_errmsg());
@@ -127,11 +102,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
 			struct vbi_lane *l = s->lane;
 
-			if (ok && vbi_lane_rc_recv(l, s, wc[i].byte_len)) {
-				rep[nrep++] = s; /* still counted: reposted below */
-				break;
-			}
-			if (!ok)
+			if (ok)
+				vbi_lane_rc_recv(l, s, wc[i].byte_len);
+			else
 				lane_wc_error(ctx, l, &wc[i], NULL);
 			atomic_fetch_sub(&l->posted_recvs, 1);
 			break;
@@ -151,10 +124,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
 
 			ctx->ud_posted--;
-			if (ok) {
-				vbi_ud_dispatch(ctx, s, wc[i].byte_len);
-				urep[nurep++] = s;
-			} else if (!atomic_load(&ctx->stop))
+			if (ok)
+				vbi_ud_recv(ctx, s, wc[i].byte_len);
+			else if (!atomic_load(&ctx->stop))
 				vbi_warn("UD receive completion: %s", vbt_wc_status_str(wc[i].status));
 			break;
 		}
@@ -176,8 +148,6 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			break;
 		}
 	}
-	repost_slots(rep, nrep);
-	vbi_ud_repost_list(ctx, urep, nurep);
 	return n;
 }
 

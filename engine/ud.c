@@ -42,41 +42,6 @@ void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 		vbi_warn("UD receive repost failed: %s", vbi_errmsg());
 }
 
-/* Post the @n UD endpoint receive slots one CQ poll consumed again, as
- * chained lists of at most VBI_POLL_BATCH (not once the context stops).
- * ud_posted counts the posted ones; a failed post is warned about, as a
- * single repost's was (the slots from the failed WR on stay unposted).
- * Progress context. */
-void vbi_ud_repost_list(struct vb_ctx *ctx, struct vbi_slot *const *slots, unsigned n)
-{
-	struct vbt_sge sge[VBI_POLL_BATCH];
-	struct vbt_recv_wr wr[VBI_POLL_BATCH];
-	uint32_t size = VBI_UD_GRH + ctx->ud_mtu;
-
-	while (n && !atomic_load(&ctx->stop)) {
-		const struct vbt_recv_wr *bad = NULL;
-		unsigned k = n < VBI_POLL_BATCH ? n : VBI_POLL_BATCH, posted = k;
-
-		for (unsigned i = 0; i < k; i++) {
-			sge[i] = (struct vbt_sge){ (uintptr_t)slots[i]->buf.addr, size,
-						   slots[i]->buf.lkey };
-			wr[i] = (struct vbt_recv_wr){ .next = i + 1 < k ? &wr[i + 1] : NULL,
-						      .wr_id = (uintptr_t)slots[i],
-						      .sg_list = &sge[i], .num_sge = 1 };
-		}
-		if (vbt_post_recv(ctx->ud_qp, wr, &bad)) {
-			/* the WRs before *bad were posted */
-			posted = bad >= wr && bad < wr + k ? (unsigned)(bad - wr) : 0;
-			vbi_warn("UD receive repost failed: %s", vbi_errmsg());
-		}
-		ctx->ud_posted += posted;
-		if (posted < k)
-			return;
-		slots += k;
-		n -= k;
-	}
-}
-
 void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out)
 {
 	pthread_mutex_lock(&ctx->ud_addr_lock);
@@ -213,7 +178,7 @@ void vbi_ud_move(struct vb_ctx *ctx)
 
 /* ---- UD receive (FANOUT) --------------------------------------------------------------- */
 
-void vbi_ud_dispatch(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
+void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 {
 	const uint8_t *buf;
 	uint32_t len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &buf);
@@ -235,6 +200,7 @@ void vbi_ud_dispatch(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_le
 		if (len && ctx->up->cb_reserve(ctx, VBI_CB_FOR_BYTES(len) * (nodes ? nodes : 1))) {
 			pthread_mutex_unlock(&ctx->lock);
 			vbi_error("a datagram of %u bytes dropped: %s", len, vbi_errmsg());
+			vbi_ud_repost(ctx, slot);
 			return;
 		}
 	}
@@ -242,10 +208,5 @@ void vbi_ud_dispatch(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_le
 	ctx->up->datagram(ctx, buf, len);
 	pthread_mutex_unlock(&ctx->lock);
 	ctx->up->cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
-}
-
-void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
-{
-	vbi_ud_dispatch(ctx, slot, byte_len);
 	vbi_ud_repost(ctx, slot);
 }

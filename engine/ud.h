@@ -23,10 +23,6 @@ void vbi_ud_move(struct vb_ctx *ctx);
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
 /* A datagram received in @slot (progress context, no lock held). */
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
-/* vbi_ud_recv without the repost: the caller posts @slot again
- * (vbi_ud_repost_list for the UD endpoint's slots). Progress context. */
-void vbi_ud_dispatch(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
-void vbi_ud_repost_list(struct vb_ctx *ctx, struct vbi_slot *const *slots, unsigned n);
 /* Our UD endpoint's address (for HELLO and UDADDR frames); any thread. */
 void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out);
 
