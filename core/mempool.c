@@ -408,6 +408,18 @@ int vbi_mempool_shrink(struct vbi_mempool *p)
 	return vbi_mp_release_empty(p);
 }
 
+int vbi_mempool_reserve(struct vbi_mempool *p, size_t bytes)
+{
+	char name[64];
+
+	if (__atomic_load_n(&p->detached, __ATOMIC_ACQUIRE))
+		return vbi_err(-ENODEV, "%s: detached from its device (removed)", p->name);
+	/* what jemalloc caches of freed extents counts as free once purged */
+	snprintf(name, sizeof(name), "arena.%u.purge", p->arena);
+	mallctl(name, NULL, NULL, NULL, 0);
+	return vbi_mp_reserve_pages(p, (bytes + MP_PAGE - 1) >> MP_PAGE_SHIFT);
+}
+
 int vbi_mempool_stats(struct vbi_mempool *p, struct vbi_mempool_stats *st)
 {
 	struct mp_thread sum;

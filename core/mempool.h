@@ -204,6 +204,19 @@ int vbi_mempool_inflight_put(struct vbi_mempool *pool, const void *addr);
  * chunk stays registered and usable).
  */
 int vbi_mempool_shrink(struct vbi_mempool *pool);
+
+/*
+ * Registered room ahead of need: has jemalloc purge the arena (freed
+ * extents it cached come back to the pool), then registers chunks until
+ * the pool's unused pages that buffers up to 512 KiB may take add up to
+ * @bytes. For a thread that will allocate about @bytes on a path that must
+ * not register (the library: before an accepted connection's HELLO, whose
+ * buffers the progress thread then allocates). Best effort: other threads
+ * may take the room meanwhile. Returns the number of chunks registered (0:
+ * there was room), -EAGAIN at the cap (nothing more registered), -ENODEV
+ * when detached, or the registration's error. Any thread.
+ */
+int vbi_mempool_reserve(struct vbi_mempool *pool, size_t bytes);
 /* The pool's device goes away (hot removal): deregister every chunk now,
  * keep the memory. Buffers still out (messages waiting in a retransmit
  * window) stay readable and are freed as usual; allocations fail with

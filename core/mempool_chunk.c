@@ -307,6 +307,41 @@ static struct mp_chunk *mp_grow(struct vbi_mempool *p)
 	return c;
 }
 
+int vbi_mp_reserve_pages(struct vbi_mempool *p, size_t pages)
+{
+	int grown = 0;
+
+	for (;;) {
+		struct mp_chunk *c;
+		size_t avail = 0;
+		int rc;
+
+		pthread_mutex_lock(&p->lock);
+		/* pages a small extent may take: free pages of chunks that are
+		 * empty or already serve small extents */
+		for (unsigned i = 0; i < p->max_chunks; i++) {
+			const struct mp_chunk *k = &p->chunks[i];
+
+			if (k->state == MP_ACTIVE && (!k->used || k->kind == MP_KIND_SMALL))
+				avail += k->npages - k->used;
+		}
+		if (avail >= pages) {
+			pthread_mutex_unlock(&p->lock);
+			return grown;
+		}
+		vbi_mp_grow_ok = true;
+		c = mp_grow(p); /* unlocks on failure */
+		vbi_mp_grow_ok = false;
+		if (!c) {
+			rc = vbi_mp_hook_rc;
+			vbi_mp_hook_rc = 0;
+			return rc < 0 ? rc : vbi_err(-ENOMEM, "%s: no chunk to reserve", p->name);
+		}
+		pthread_mutex_unlock(&p->lock);
+		grown++;
+	}
+}
+
 static void *mp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align,
 			     bool *zero, bool *commit, unsigned arena_ind)
 {

@@ -130,6 +130,11 @@ extern __thread int vbi_mp_hook_rc;
 extern __thread bool vbi_mp_grow_ok;
 #define MP_NEED_GROW 1 /* vbi_mp_hook_rc: refused to grow before a purge */
 
+/* Register chunks until the pool's free pages that small extents may take
+ * (in chunks that are empty or serve small extents) are at least @pages:
+ * the number of chunks registered, or a negative errno (-EAGAIN at the
+ * cap, the registration's error). vbi_mempool_reserve. */
+int vbi_mp_reserve_pages(struct vbi_mempool *p, size_t pages);
 /* Release every chunk that is ACTIVE, no page handed to jemalloc and nothing
  * in flight (vbi_mempool_shrink); returns how many, or the first error. */
 int vbi_mp_release_empty(struct vbi_mempool *p);

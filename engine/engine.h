@@ -384,7 +384,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
-		atomic_uint_fast64_t auth_refused;
+		atomic_uint_fast64_t auth_refused, pool_regs_progress;
 	} st;
 	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */

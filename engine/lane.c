@@ -84,6 +84,22 @@ int vbi_lane_commit(struct vbi_lane *l)
 	return 0;
 }
 
+int vbi_lane_commit_prepare(struct vbi_lane *l, unsigned others)
+{
+	size_t bytes;
+	int rc;
+
+	if (!l->lean)
+		return 0;
+	/* the receive slots and send buffers vbi_lane_commit() allocates,
+	 * and a quarter more: jemalloc pads a large buffer by a page */
+	bytes = (size_t)(l->nslots - VBI_LEAN_SLOTS) * l->node->ctx->attr.slot_size +
+		(size_t)l->sr.n * l->sr.buf_size;
+	bytes += bytes / 4;
+	rc = vbi_mempool_reserve(l->dr->pool, bytes * (1 + (size_t)others));
+	return rc < 0 ? rc : 0;
+}
+
 int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode,
 		 bool lean, struct vbi_lane **out)
 {

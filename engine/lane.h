@@ -38,6 +38,14 @@
 /* @lean (accepted connections): VBI_LEAN_SLOTS receive slots and no send
  * ring until vbi_lane_commit() (after a valid HELLO): 0 or negative errno. */
 int vbi_lane_commit(struct vbi_lane *l);
+/* Registered room for what vbi_lane_commit() will allocate, made now on
+ * this thread (the accepting one), so that the commit, which runs on the
+ * progress thread when the HELLO arrives, registers nothing: the pool's
+ * free pages are made at least that much, times 1 + @others (accepted
+ * connections whose commit is still to come: they take from the same
+ * room; vbi_mempool_reserve). 0, or the pool's negative errno (the commit
+ * then allocates as it can). */
+int vbi_lane_commit_prepare(struct vbi_lane *l, unsigned others);
 int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mode, bool lean,
 		 struct vbi_lane **out);
 int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);

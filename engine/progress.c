@@ -218,7 +218,7 @@ static void dev_reap(struct vb_ctx *ctx)
 		atomic_store(&ctx->dev_removing, false);
 }
 
-int vbi_progress_once(struct vb_ctx *ctx)
+static int progress_round(struct vb_ctx *ctx)
 {
 	uint64_t now;
 	int n = 0;
@@ -264,6 +264,25 @@ int vbi_progress_once(struct vb_ctx *ctx)
 			ctx->up->heartbeats(ctx, now_ms);
 		}
 	}
+	return n;
+}
+
+/* Set while this thread runs a progress round (vbi_in_progress_round). */
+static _Thread_local bool in_round;
+
+bool vbi_in_progress_round(void)
+{
+	return in_round;
+}
+
+int vbi_progress_once(struct vb_ctx *ctx)
+{
+	bool outer = in_round;
+	int n;
+
+	in_round = true;
+	n = progress_round(ctx);
+	in_round = outer;
 	return n;
 }
 

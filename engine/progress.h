@@ -55,4 +55,8 @@ void vbi_ctx_kick(struct vb_ctx *ctx);
  * sleeps. */
 void vbi_ctx_wake(struct vb_ctx *ctx);
 
+/* True while the calling thread runs a progress round (vbi_progress_once):
+ * what it does there delays every delivery of its context. */
+bool vbi_in_progress_round(void);
+
 #endif

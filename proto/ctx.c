@@ -41,10 +41,13 @@ void vbi_ctx_put_peer(struct vb_ctx *ctx)
 
 /* ---- registration through the transport -------------------------------------- */
 
+/* @c: the device's vbi_devres. A registration inside a progress round is
+ * counted (vb_stats_t.pool_registrations_progress): it stalls delivery. */
 static int pool_reg(void *c, void *addr, size_t len, unsigned access, uint32_t *lkey,
 		    uint32_t *rkey, void **handle)
 {
-	struct vbt_pd *pd = c;
+	struct vbi_devres *dr = c;
+	struct vbt_pd *pd = dr->pd;
 	struct vbt_mr *mr;
 	int rc = pd->ops->mr_reg(pd, addr, len, access, &mr);
 
@@ -53,6 +56,8 @@ static int pool_reg(void *c, void *addr, size_t len, unsigned access, uint32_t *
 	*lkey = mr->lkey;
 	*rkey = mr->rkey;
 	*handle = mr;
+	if (vbi_in_progress_round())
+		atomic_fetch_add_explicit(&dr->ctx->st.pool_regs_progress, 1, memory_order_relaxed);
 	return 0;
 }
 
@@ -103,7 +108,7 @@ static int devres_finish(struct vb_ctx *ctx, unsigned idx, int cqe)
 	vbi_mempool_attr_init(&pa);
 	pa.max_registered = ctx->attr.pool_cap;
 	pa.name = idx ? "verbus-standby" : "verbus";
-	rc = vbi_mempool_create(&pa, &pool_reg_ops, dr->pd, &dr->pool);
+	rc = vbi_mempool_create(&pa, &pool_reg_ops, dr, &dr->pool);
 	if (rc)
 		return rc;
 	rc = ctx->ops->cq_create(dr->dev, &ca, &dr->cq);
@@ -411,6 +416,7 @@ void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 		st->pool_registered = ps.registered_bytes;
 		st->pool_in_use = ps.bytes_in_use;
 		st->pool_registrations = ps.registrations;
+		st->pool_registrations_progress = atomic_load(&ctx->st.pool_regs_progress);
 	}
 	vbi_mcast_stats(ctx, st);
 	vbi_lanepool_stats(ctx, st);

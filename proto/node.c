@@ -320,12 +320,25 @@ static void accept_loop(struct vb_node *node, unsigned idx)
 	while (!atomic_load(&node->stop) && !atomic_load(&dr->removed)) {
 		int rc;
 
-		if (!l && vbi_lane_new(node, dr, mode, true, &l)) {
-			vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
-			struct timespec ts = { 0, 100000000 };
+		if (!l) {
+			if (vbi_lane_new(node, dr, mode, true, &l)) {
+				vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
+				struct timespec ts = { 0, 100000000 };
 
-			nanosleep(&ts, NULL);
-			continue;
+				nanosleep(&ts, NULL);
+				continue;
+			}
+			/* its HELLO is handled by the progress thread, which
+			 * must not register memory for it, nor for those of the
+			 * accepted connections still waiting for theirs */
+			unsigned waiting = 0;
+
+			pthread_rwlock_rdlock(&node->lock);
+			for (struct vbi_lane *o = node->pending; o; o = o->next)
+				waiting += o->lean;
+			pthread_rwlock_unlock(&node->lock);
+			if (vbi_lane_commit_prepare(l, waiting))
+				vbi_info("accept: no registered room made ahead: %s", vbi_errmsg());
 		}
 		atomic_store(&l->in_setup, true);
 		rc = ctx->ops->accept(node->listener[idx], l->qp, &cp, &l->conn);

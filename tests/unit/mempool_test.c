@@ -529,6 +529,41 @@ static void test_no_registration_after_warmup(void **state)
 	free(r);
 }
 
+/* vbi_mempool_reserve: room registered ahead lets the allocations that
+ * follow register nothing; room there already registers nothing; the cap
+ * stops it with -EAGAIN; what jemalloc caches of freed buffers counts once
+ * purged. */
+static void test_reserve_ahead(void **state)
+{
+	struct recorder *r = rec_new();
+	struct vbi_mempool *p = pool_new(r, 8 * MiB, VB_ACCESS_LOCAL_WRITE);
+	struct vbi_buf b[200];
+	int n = 0, before;
+
+	(void)state;
+	/* 3 MiB of 16 KiB buffers (each a padded 20 KiB extent): two chunks */
+	assert_int_equal(vbi_mempool_reserve(p, 3 * MiB + 3 * MiB / 4), 2);
+	assert_int_equal(r->nreg, 2);
+	for (n = 0; n < 192; n++)
+		assert_int_equal(vbi_mempool_alloc(p, 16384, &b[n]), 0);
+	assert_int_equal(r->nreg, 2); /* nothing registered by the allocations */
+	/* the room left is enough for 64 KiB: nothing to register */
+	assert_int_equal(vbi_mempool_reserve(p, 65536), 0);
+	assert_int_equal(r->nreg, 2);
+	/* everything freed: the purge gives the pages back, no new chunk */
+	while (n)
+		assert_int_equal(vbi_mempool_free(p, b[--n].addr), 0);
+	before = r->nreg;
+	assert_int_equal(vbi_mempool_reserve(p, 3 * MiB), 0);
+	assert_int_equal(r->nreg, before);
+	/* beyond the cap (8 MiB): what fits is registered, then -EAGAIN */
+	assert_int_equal(vbi_mempool_reserve(p, 16 * MiB), -EAGAIN);
+	assert_int_equal(r->nreg, 4);
+	assert_int_equal(vbi_mempool_destroy(p), 0);
+	assert_int_equal(r->ndereg, r->nreg);
+	free(r);
+}
+
 static void test_stats_and_pages(void **state)
 {
 	struct recorder *r = rec_new();
@@ -598,6 +633,7 @@ int main(void)
 		cmocka_unit_test(test_shrink_releases_only_idle_chunks),
 		cmocka_unit_test(test_detach_on_device_removal),
 		cmocka_unit_test(test_no_registration_after_warmup),
+		cmocka_unit_test(test_reserve_ahead),
 		cmocka_unit_test(test_stats_and_pages),
 		cmocka_unit_test(test_env_overrides),
 	};

@@ -413,6 +413,12 @@ typedef struct vb_stats {
 				      * maintenance thread, and misses) */
 	unsigned qp_pool_parked;     /* QPs parked in the pools now (they show in
 				      * `rdma res show qp`) */
+	/* Registered-memory chunks (pool_registrations) registered by the
+	 * thread running progress, inside a round: each stalls every delivery
+	 * of the context for the registration's length. The library grows its
+	 * pools on other threads ahead of need (docs/mempool.md), so this
+	 * stays 0 unless the pool is short of memory. */
+	uint64_t pool_registrations_progress;
 } vb_stats_t;
 
 /**
