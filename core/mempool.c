@@ -230,9 +230,19 @@ static inline const struct mp_chunk *mp_find_cached(const struct vbi_mempool *p,
 	return c;
 }
 
-static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csize, void **out)
+/* jemalloc hands the extents it caches for @p's arena back to the pool
+ * (the dalloc hook): what a purge-and-retry, a shrink and a reserve count
+ * on. Any thread. */
+static void mp_arena_purge(struct vbi_mempool *p)
 {
 	char name[64];
+
+	snprintf(name, sizeof(name), "arena.%u.purge", p->arena);
+	mallctl(name, NULL, NULL, NULL, 0);
+}
+
+static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csize, void **out)
+{
 	int rc;
 
 	/*
@@ -247,8 +257,7 @@ static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csiz
 		 * extents a purge cannot take back until they are flushed. */
 		if (t->has_tc)
 			mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
-		snprintf(name, sizeof(name), "arena.%u.purge", p->arena);
-		mallctl(name, NULL, NULL, NULL, 0);
+		mp_arena_purge(p);
 		vbi_mp_hook_rc = 0;
 		vbi_mp_grow_ok = true;
 		*out = mallocx(csize, t->aflags);
@@ -396,27 +405,22 @@ int vbi_mempool_inflight_put(struct vbi_mempool *p, const void *addr)
 int vbi_mempool_shrink(struct vbi_mempool *p)
 {
 	struct mp_thread *t = NULL;
-	char name[64];
 
 	for (unsigned i = 0; i < MP_TLS_SLOTS; i++)
 		if (mp_tls[i].pool == p && mp_tls[i].id == p->id)
 			t = mp_tls[i].rec;
 	if (t && t->has_tc)
 		mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
-	snprintf(name, sizeof(name), "arena.%u.purge", p->arena);
-	mallctl(name, NULL, NULL, NULL, 0);
+	mp_arena_purge(p);
 	return vbi_mp_release_empty(p);
 }
 
 int vbi_mempool_reserve(struct vbi_mempool *p, size_t bytes)
 {
-	char name[64];
-
 	if (__atomic_load_n(&p->detached, __ATOMIC_ACQUIRE))
 		return vbi_err(-ENODEV, "%s: detached from its device (removed)", p->name);
 	/* what jemalloc caches of freed extents counts as free once purged */
-	snprintf(name, sizeof(name), "arena.%u.purge", p->arena);
-	mallctl(name, NULL, NULL, NULL, 0);
+	mp_arena_purge(p);
 	return vbi_mp_reserve_pages(p, (bytes + MP_PAGE - 1) >> MP_PAGE_SHIFT);
 }
 
