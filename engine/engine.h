@@ -381,6 +381,7 @@ struct vb_ctx {
 		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
 		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
 		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
+		atomic_uint_fast64_t heartbeats; /* FANOUT HEARTBEAT datagrams posted */
 		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;

@@ -373,6 +373,7 @@ void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->unacked_on_close = atomic_load(&ctx->st.unacked_on_close);
 	st->peer_switches = atomic_load(&ctx->st.peer_switches);
 	st->keepalives = atomic_load(&ctx->st.keepalives);
+	st->heartbeats_sent = atomic_load(&ctx->st.heartbeats);
 	st->devices_removed = atomic_load(&ctx->st.devices_removed);
 	st->devices_released = atomic_load(&ctx->st.devices_released);
 	st->events_dropped = atomic_load(&ctx->st.events_dropped);

@@ -175,6 +175,7 @@ struct vb_pub {
 	uint32_t batch_off, batch_frames;
 	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
 	unsigned hb_sent;          /* ... and how many times */
+	uint64_t hb_due_ms;        /* ... and when the next one is due */
 	struct vbi_pubpeer *peers; /* subscriber peers */
 	unsigned npeers;
 	uint64_t quorum_seq;       /* k-of-n acknowledged */

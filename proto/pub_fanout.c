@@ -314,11 +314,25 @@ full:
 		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nd * nfrag);
 }
 
+/* When the heartbeat after the @sent-th one of a tail is due: the first
+ * three at the heartbeat round's pace (20 ms), then at doubling intervals
+ * from 50 ms up to one a second, for as long as the publisher stays quiet. */
+static uint64_t hb_interval_ms(unsigned sent)
+{
+	if (sent < 3)
+		return 0;
+	return sent - 3 >= 5 ? 1000 : 50u << (sent - 3);
+}
+
 /*
  * FANOUT tail-loss detection: once a publisher has been quiet for 50 ms
  * (so its datagrams have all landed or are lost, never merely late), tell
- * every subscriber its last sequence, three times (a heartbeat is a
- * datagram too). Runs on the progress thread when it is idle.
+ * every subscriber its last sequence: three times at once, then again at
+ * growing intervals (hb_interval_ms) while it stays quiet. A heartbeat is
+ * a datagram too: one that finds a subscriber's receive queue full is
+ * dropped like the data before it, and only a later one reports that
+ * loss. A subscriber that has the tail ignores the repeats
+ * (vbi_rx_heartbeat). Runs on the progress thread when it is idle.
  */
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 {
@@ -336,7 +350,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
 			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
-			    (pub->hb_seq == pub->fanout_seq && pub->hb_sent >= 3)) {
+			    (pub->hb_seq == pub->fanout_seq && now < pub->hb_due_ms)) {
 				pthread_mutex_unlock(&pub->lock);
 				pthread_mutex_unlock(&ctx->ud_lock);
 				continue;
@@ -376,15 +390,19 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 					sc = vbi_sring_take(&ctx->ud_sr);
 					wr.wr_id = (uintptr_t)sc;
 					ctx->ud_sr.since_signal = 0;
-					if (vbt_post_send(ctx->ud_qp, &wr, &bad))
+					if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
 						vbi_sring_untake(&ctx->ud_sr);
-					else
+					} else {
 						vbi_sring_signaled(&ctx->ud_sr, sc);
+						atomic_fetch_add_explicit(&ctx->st.heartbeats, 1,
+									  memory_order_relaxed);
+					}
 				}
 				if (!pp)
 					break;
 			}
 			pub->hb_sent++;
+			pub->hb_due_ms = now + hb_interval_ms(pub->hb_sent);
 			pthread_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&ctx->ud_lock);
 		}

@@ -419,6 +419,13 @@ typedef struct vb_stats {
 	 * pools on other threads ahead of need (docs/mempool.md), so this
 	 * stays 0 unless the pool is short of memory. */
 	uint64_t pool_registrations_progress;
+	/* FANOUT tail announcements (appended): HEARTBEAT datagrams posted,
+	 * one per subscriber (or group) each time. A quiet FANOUT publisher
+	 * announces its last sequence 50 ms after its last publish, then
+	 * again at growing intervals up to one a second for as long as it
+	 * stays quiet, so a subscriber that lost the tail and the first
+	 * announcements still reports the loss (vb_gap_fn). */
+	uint64_t heartbeats_sent;
 } vb_stats_t;
 
 /**
