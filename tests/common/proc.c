@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +21,28 @@ pid_t vbt_spawn(int (*fn)(void *arg), void *arg)
 	if (pid == 0)
 		_exit(fn(arg));
 	return pid;
+}
+
+void *vbt_shared(size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	memset(p, 0, size);
+	return p;
+}
+
+void vbt_reap(pid_t *pid)
+{
+	if (*pid > 0) {
+		if (waitpid(*pid, NULL, WNOHANG) == 0) {
+			kill(*pid, SIGCONT);
+			kill(*pid, SIGKILL);
+			waitpid(*pid, NULL, 0);
+		}
+	}
+	*pid = -1;
 }
 
 uint64_t vbt_now_ms(void)

@@ -3,6 +3,7 @@
 #ifndef VERBUS_TESTS_PROC_H
 #define VERBUS_TESTS_PROC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -13,6 +14,14 @@ pid_t vbt_spawn(int (*fn)(void *arg), void *arg);
 /* Wait up to @timeout_s for @pid: its exit code, 128+signal if killed by
  * one, or -1 after killing it on timeout. */
 int vbt_wait(pid_t pid, int timeout_s);
+
+/* @size bytes of zeroed memory shared with the children forked after it
+ * (MAP_SHARED | MAP_ANONYMOUS); NULL on failure. Never unmapped. */
+void *vbt_shared(size_t size);
+
+/* Teardown: if *@pid (> 0) still runs, SIGCONT (it may be stopped) and
+ * SIGKILL it; reap it in any case; *@pid = -1. */
+void vbt_reap(pid_t *pid);
 
 /* Milliseconds on the monotonic clock. */
 uint64_t vbt_now_ms(void);

@@ -180,9 +180,7 @@ static void test_backup_publisher(void **state)
 
 	(void)state;
 	vbt_require_device();
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	kids[0] = vbt_spawn(publisher, (void *)0);
 	kids[1] = vbt_spawn(publisher, (void *)1);
 	assert_true(kids[0] > 0 && kids[1] > 0);
@@ -257,11 +255,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	for (unsigned i = 0; i < 2; i++)
-		if (kids[i] > 0) {
-			kill(kids[i], SIGKILL);
-			vbt_wait(kids[i], 10);
-			kids[i] = -1;
-		}
+		vbt_reap(&kids[i]);
 	return 0;
 }
 

@@ -128,9 +128,7 @@ static void kill_and_time(bool streaming)
 	int st;
 
 	memset(&rx, 0, sizeof(rx));
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	sh->streaming = 1;
 	kid = vbt_spawn(publisher, NULL);
 	assert_true(kid > 0);
@@ -202,11 +200,7 @@ static void test_streaming_publisher_killed(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (kid > 0) {
-		kill(kid, SIGKILL);
-		vbt_wait(kid, 10);
-		kid = -1;
-	}
+	vbt_reap(&kid);
 	return 0;
 }
 

@@ -181,9 +181,7 @@ static void test_peers_reaped(void **state)
 	(void)state;
 	if (cycles < 6)
 		cycles = 6;
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	vb_ctx_attr_init(&ca);
 	ca.ip = vbt_test_ip();
 	ca.max_peers = 16;
@@ -279,11 +277,7 @@ static void test_peers_reaped(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (kid > 0) {
-		kill(kid, SIGKILL);
-		vbt_wait(kid, 10);
-		kid = -1;
-	}
+	vbt_reap(&kid);
 	return 0;
 }
 

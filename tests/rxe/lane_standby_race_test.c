@@ -196,8 +196,7 @@ static void test_lane_on_replaced_standby(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (child > 0)
-		kill(child, SIGKILL);
+	vbt_reap(&child);
 	return 0;
 }
 

@@ -337,9 +337,7 @@ static uint16_t start_victim(int keyed)
 {
 	uint16_t port;
 
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	sh->n_good = vbt_scaled(2000);
 	sh->keyed = keyed;
 	want_malformed = want_protocol = want_down = want_refused = 0;
@@ -518,11 +516,7 @@ static void test_auth(void **state)
 
 static int teardown(void **state)
 {
-	if (child > 0 && waitpid(child, NULL, WNOHANG) == 0) {
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
-	}
-	child = -1;
+	vbt_reap(&child);
 	return 0;
 }
 

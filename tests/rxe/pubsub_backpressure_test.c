@@ -244,9 +244,7 @@ static void test_backpressure(void **state)
 	int rc, st;
 
 	assert_non_null(buf);
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	assert_int_equal(pipe(port_pipe), 0);
 	child = vbt_spawn(subscriber, NULL);
 	assert_true(child > 0);
@@ -400,10 +398,8 @@ static void test_backpressure(void **state)
 /* A failed check leaves the other process running (or stopped): end it. */
 static int teardown(void **state)
 {
-	if (child > 0 && waitpid(child, NULL, WNOHANG) == 0) {
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
-	}
+	(void)state;
+	vbt_reap(&child);
 	return 0;
 }
 

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -169,9 +168,7 @@ static void test_cb_nomem(void **state)
 	int status, rc;
 
 	(void)state;
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	assert_int_equal(pipe(port_pipe), 0);
 	child = vbt_spawn(subscriber, NULL);
 	assert_true(child > 0);
@@ -243,8 +240,7 @@ static void test_cb_nomem(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (child > 0)
-		kill(child, SIGKILL);
+	vbt_reap(&child);
 	return 0;
 }
 

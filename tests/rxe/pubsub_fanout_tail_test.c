@@ -29,8 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -38,6 +36,7 @@
 
 #include "tests/common/msgcheck.h"
 #include "tests/common/proc.h"
+#include "tests/common/pubsub.h"
 #include "tests/common/rxe_env.h"
 
 #define TOPIC "tail.md"
@@ -58,11 +57,13 @@ static uint64_t ld(const uint64_t *p)
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
-static void ctx_attr(vb_ctx_attr_t *ca)
+static vb_ctx_t *ctx_open(void)
 {
-	vb_ctx_attr_init(ca);
-	ca->ip = vbt_test_ip();
-	ca->progress_spin = 200; /* two processes on two vCPUs */
+	vb_ctx_attr_t ca;
+
+	vb_ctx_attr_init(&ca);
+	ca.progress_spin = 200; /* two processes on two vCPUs */
+	return vbt_ctx_open(&ca);
 }
 
 /* ---- subscriber process ---------------------------------------------------------- */
@@ -94,8 +95,6 @@ static void on_gap(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t ne
 
 static int subscriber(void *unused)
 {
-	vb_ctx_attr_t ca;
-	vb_node_attr_t na;
 	vb_sub_attr_t sa;
 	vb_ctx_t *ctx;
 	vb_node_t *node;
@@ -106,17 +105,12 @@ static int subscriber(void *unused)
 	(void)unused;
 	if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port))
 		return 10;
-	ctx_attr(&ca);
-	if (vb_ctx_create(&ca, &ctx)) {
-		fprintf(stderr, "sub: ctx: %s\n", vb_errmsg());
-		return 11;
-	}
-	vb_node_attr_init(&na);
-	na.name = "tail-sub";
+	ctx = ctx_open();
+	node = vbt_node_open(ctx, "tail-sub", false);
 	vb_sub_attr_init(&sa);
 	sa.on_msg = on_msg;
 	sa.on_gap = on_gap;
-	if (vb_node_create(ctx, &na, &node) || vb_sub_create(node, TOPIC, VB_FANOUT, &sa, &sub))
+	if (vb_sub_create(node, TOPIC, VB_FANOUT, &sa, &sub))
 		return 12;
 	if (vb_node_connect(node, vbt_test_ip(), port)) {
 		fprintf(stderr, "sub: connect: %s\n", vb_errmsg());
@@ -172,8 +166,6 @@ static bool settled(uint64_t n, unsigned ms)
 
 static void test_tail(void **state)
 {
-	vb_ctx_attr_t ca;
-	vb_node_attr_t na;
 	vb_ctx_t *ctx;
 	vb_node_t *node;
 	vb_pub_t *pub;
@@ -184,26 +176,17 @@ static void test_tail(void **state)
 
 	(void)state;
 	vbt_require_device();
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	assert_int_equal(pipe(port_pipe), 0);
 	child = vbt_spawn(subscriber, NULL);
 	assert_true(child > 0);
 
-	ctx_attr(&ca);
-	if (vb_ctx_create(&ca, &ctx))
-		fail_msg("ctx: %s", vb_errmsg());
-	vb_node_attr_init(&na);
-	na.name = "tail-pub";
-	na.listen_ip = vbt_test_ip();
-	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
+	ctx = ctx_open();
+	node = vbt_node_open(ctx, "tail-pub", true);
 	assert_int_equal(vb_pub_create(node, TOPIC, VB_FANOUT, NULL, &pub), 0);
 	port = vb_node_port(node);
 	assert_int_equal(write(port_pipe[1], &port, sizeof(port)), sizeof(port));
-	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) < 1 && vbt_now_ms() - t0 < 30000;)
-		usleep(5000);
-	assert_int_equal(vb_pub_subscribers(pub), 1);
+	assert_true(vbt_wait_subscribers(pub, 1, 30000));
 	for (t0 = vbt_now_ms(); !__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) &&
 				vbt_now_ms() - t0 < 30000;)
 		usleep(5000);
@@ -258,12 +241,7 @@ static void test_tail(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (child > 0) {
-		kill(child, SIGCONT);
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
-		child = -1;
-	}
+	vbt_reap(&child);
 	return 0;
 }
 

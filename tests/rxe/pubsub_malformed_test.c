@@ -614,9 +614,7 @@ static void test_malformed(void **state)
 	struct rawqp a;
 	uint16_t port;
 
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	sh->n_good = vbt_scaled(2000);
 	assert_int_equal(pipe(port_pipe), 0);
 	child = vbt_spawn(victim, NULL);
@@ -654,10 +652,8 @@ static void test_malformed(void **state)
 /* A failed check leaves the other process running (or stopped): end it. */
 static int teardown(void **state)
 {
-	if (child > 0 && waitpid(child, NULL, WNOHANG) == 0) {
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
-	}
+	(void)state;
+	vbt_reap(&child);
 	return 0;
 }
 

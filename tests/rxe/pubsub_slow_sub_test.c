@@ -316,9 +316,7 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 	uint16_t port;
 	int ok = 1;
 
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	assert_true(sh != MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	assert_non_null(sh = vbt_shared(sizeof(*sh)));
 	assert_int_equal(pipe(port_pipe), 0);
 	for (int k = 0; k < NSUB; k++) {
 		child[k] = vbt_spawn(subscriber, (void *)(intptr_t)k);

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Set-up shared by the pub/sub tests (tests/common/pubsub.c): a context and
+ * a node on the test device, and bounded waits for a publisher's
+ * subscribers. The failing ones fail the calling cmocka test with
+ * vb_errmsg(); they are for the test's own thread (or a child process's
+ * main, where a failure exits the child).
+ */
+#ifndef VERBUS_TESTS_PUBSUB_H
+#define VERBUS_TESTS_PUBSUB_H
+
+#include <stdbool.h>
+
+#include <verbus/verbus.h>
+
+/* vb_ctx_create(@ca) with ca->ip set to the test IP (vbt_test_ip); @ca may
+ * be NULL (defaults). Fails the test on error. */
+vb_ctx_t *vbt_ctx_open(vb_ctx_attr_t *ca);
+
+/* A node named @name on @ctx, listening on the test IP when @listen.
+ * Fails the test on error. */
+vb_node_t *vbt_node_open(vb_ctx_t *ctx, const char *name, bool listen);
+
+/* Wait up to @timeout_ms until @pub has at least @n subscribers: true if
+ * it has them. */
+bool vbt_wait_subscribers(vb_pub_t *pub, int n, unsigned timeout_ms);
+
+#endif
