@@ -188,6 +188,7 @@ struct pong {
 	vb_ctx_t *ctx;
 	atomic_uint_fast64_t got;
 	atomic_bool stop; /* ponger: the pinger is done (a 1-byte message) */
+	uint64_t cb_ns;   /* pinger: clock at the last pong's callback */
 };
 
 static void pong_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
@@ -198,6 +199,7 @@ static void pong_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 		atomic_store(&p->stop, true);
 	else if (p->pub) /* ponger: echo it back */
 		publish_spin(p->pub, m->data, m->len, p->ctx, 1);
+	p->cb_ns = now_ns();
 	atomic_fetch_add_explicit(&p->got, 1, memory_order_release);
 }
 
@@ -361,7 +363,7 @@ int vb_bench_lat(int argc, char **argv)
 	uint16_t port;
 	FILE *jf = NULL;
 	uint8_t *buf;
-	uint64_t *samp;
+	uint64_t *samp, *d_pub = NULL, *d_tail = NULL;
 	struct lat_stats st;
 
 	if (!o.ip)
@@ -396,6 +398,12 @@ int vb_bench_lat(int argc, char **argv)
 		return fprintf(stderr, "lat: cannot open %s\n", o.json), 1;
 	buf = calloc(1, 1 << 20);
 	samp = calloc(o.count, sizeof(*samp));
+	if (getenv("VB_BENCH_STATS")) { /* where a round trip's time goes, pinger side */
+		d_pub = calloc(o.count, sizeof(*d_pub));
+		d_tail = calloc(o.count, sizeof(*d_tail));
+		if (!d_pub || !d_tail)
+			return fprintf(stderr, "lat: out of memory\n"), 1;
+	}
 	if (!buf || !samp)
 		return fprintf(stderr, "lat: out of memory\n"), 1;
 	printf("%-8s %-8s %8s %9s %9s %9s %9s %9s %9s %7s %9s   (one-way us; clock: %s)\n",
@@ -410,6 +418,7 @@ int vb_bench_lat(int argc, char **argv)
 		t0 = now_ns();
 		for (uint64_t i = 0; i < o.count + 100; i++) {
 			uint64_t intended = interval ? t0 + i * interval : now_ns(), sent, before, end;
+			uint64_t published;
 
 			while (interval && now_ns() < intended)
 				vb_progress(e.ctx);
@@ -417,6 +426,7 @@ int vb_bench_lat(int argc, char **argv)
 			before = atomic_load(&p.got);
 			if (publish_spin(pub, buf, size, e.ctx, 1))
 				return fprintf(stderr, "lat: %s\n", vb_errmsg()), 1;
+			published = now_ns();
 			/* the 5 s bound is checked only now and then */
 			end = sent + 5000000000ull;
 			for (unsigned spin = 0; atomic_load(&p.got) == before; spin++) {
@@ -432,6 +442,10 @@ int vb_bench_lat(int argc, char **argv)
 			if (i >= 100 && ns < o.count) {
 				uint64_t t = now_ns();
 
+				if (d_pub) {
+					d_pub[ns] = published - sent;
+					d_tail[ns] = t - p.cb_ns;
+				}
 				samp[ns++] = (t - (interval ? intended : sent)) / 2;
 				if (t > deadline)
 					break; /* --max-secs: fewer samples, said in "samples" */
@@ -442,12 +456,23 @@ int vb_bench_lat(int argc, char **argv)
 			}
 		}
 		vbb_mark_end("lat (pinger, per round trip)", ns);
+		if (d_pub && ns) {
+			struct lat_stats a, b;
+
+			lat_summary(d_pub, ns, &a);
+			lat_summary(d_tail, ns, &b);
+			fprintf(stderr, "lat: pinger's vb_publish() p50 %.2f us p90 %.2f; its pong "
+				"callback -> vb_progress() return p50 %.2f us p90 %.2f\n", a.p50 / 1e3,
+				a.p90 / 1e3, b.p50 / 1e3, b.p90 / 1e3);
+		}
 		lat_summary(samp, ns, &st);
 		print_lat(stdout, "lat", &o, size, &st, 0);
 		if (jf)
 			print_lat(jf, "lat", &o, size, &st, 1);
 	}
 	free(samp);
+	free(d_pub);
+	free(d_tail);
 	buf[0] = 0; /* tell the ponger we are done: a 1-byte message */
 	publish_spin(pub, buf, 1, e.ctx, 1);
 	for (int k = 0; k < 10000; k++)
