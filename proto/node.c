@@ -115,7 +115,10 @@ void vbi_node_reap(struct vb_node *node)
 		struct vbi_peer *victim = NULL;
 
 		pthread_rwlock_wrlock(&node->lock);
-		for (struct vbi_peer **q = &node->peers; *q; q = &(*q)->next) {
+		/* a publisher or subscriber being destroyed may still point to
+		 * the peers: reap them in a later round */
+		for (struct vbi_peer **q = atomic_load(&node->closing_objs) ? NULL : &node->peers;
+		     q && *q; q = &(*q)->next) {
 			struct vbi_peer *p = *q;
 			bool gone;
 

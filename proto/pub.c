@@ -474,10 +474,11 @@ int vbi_pub_destroy(struct vb_pub *pub)
 			break;
 		}
 	atomic_store(&pub->dead, true); /* queued on_ack callbacks are skipped */
-	pthread_rwlock_unlock(&node->lock);
-	if (!in_cb)
-		vbi_cb_wait_idle(&pub->cb_pending);
-	pthread_rwlock_wrlock(&node->lock);
+	/* Its attachments go in the same critical section: once it is off
+	 * node->pubs the reaper (vbi_node_reap, on vb-maint) no longer finds
+	 * them, and frees the peers they point to (a use after free that ASan
+	 * caught in pubsub_close_ack_test when the attachments went after the
+	 * wait below). */
 	while (pub->peers) {
 		struct vbi_pubpeer *pp = pub->peers;
 
@@ -487,6 +488,8 @@ int vbi_pub_destroy(struct vb_pub *pub)
 		free(pp);
 	}
 	pthread_rwlock_unlock(&node->lock);
+	if (!in_cb)
+		vbi_cb_wait_idle(&pub->cb_pending);
 	if (pub->cls == VB_ORDERED) {
 		vbi_txwin_drain(&pub->win, vbi_pub_release_msg, pub);
 		vbi_txwin_fini(&pub->win);

@@ -504,6 +504,7 @@ int vbi_sub_destroy(struct vb_sub *sub)
 	struct vb_node *node = sub->node;
 	bool in_cb;
 
+	atomic_fetch_add(&node->closing_objs, 1); /* its streams point to peers */
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_sub **pp = &node->subs; *pp; pp = &(*pp)->next)
 		if (*pp == sub) {
@@ -539,6 +540,7 @@ int vbi_sub_destroy(struct vb_sub *sub)
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
 		if (p->up && !p->dead)
 			send_unsub(p, sub->topic_id);
+	atomic_fetch_sub(&node->closing_objs, 1);
 	pthread_rwlock_unlock(&node->lock);
 	if (sub->cls == VB_FANOUT)
 		vbi_mcast_sub_leave(node->ctx, sub->topic_id);
