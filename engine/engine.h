@@ -273,11 +273,12 @@ struct vb_node {
 	struct vb_pub *pubs;
 	struct vb_sub *subs;
 	unsigned npeers_up;
-	/* Publishers and subscribers being destroyed now (vbi_pub_destroy,
-	 * vbi_sub_destroy: any thread). Off node->pubs / node->subs while
-	 * they wait for their callbacks and final ACKs, they still point to
-	 * peers, so vbi_node_reap (vb-maint) frees no peer meanwhile: it
-	 * reaps in a later round. Read under node->lock held for writing. */
+	/* Subscribers being destroyed now (vbi_sub_destroy: any thread). Off
+	 * node->subs while they wait for their callbacks and final ACKs,
+	 * their streams still point to peers, so vbi_node_reap (vb-maint)
+	 * frees no peer meanwhile: it reaps in a later round. (vbi_pub_destroy
+	 * needs no count: it drops its peer attachments in the same critical
+	 * section as its unlink.) Read under node->lock held for writing. */
 	atomic_uint closing_objs;
 
 	/* listeners: [0] RC on the primary device, [1] RC on the standby
