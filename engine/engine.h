@@ -285,8 +285,10 @@ struct vb_node {
 	 * device, [2] UC and [3] UD on the primary device (degraded lanes) */
 	struct vbt_listener *listener[4];
 	atomic_ushort lport[4];    /* their ports, 0 once closed (HELLO reads them) */
-	pthread_t accept_thread[4];
-	bool accepting[4];
+	/* the accept agent (proto/accept.c): one thread for all four */
+	pthread_t accept_thread;
+	struct accept_agent *accept_agent; /* its state (NULL: not running) */
+	int accept_wake;           /* eventfd that wakes it (-1: none) */
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */

@@ -19,7 +19,7 @@
  *                          are kept up to this, the rest destroyed
  *   quarantine 500 ms      before a recycled QP serves a new connection
  *
- * Threads: get from accept threads, the maintenance thread and
+ * Threads: get from the accept agent, the maintenance thread and
  * vb_node_connect's caller; put from the maintenance thread and node
  * destruction (after the drain and a grace period: vbi_lane_destroy_now);
  * refill from the maintenance threads; close from the progress thread

@@ -237,48 +237,6 @@ int vbi_make_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 	return vbi_err(-EINVAL, "'%s' is not an IPv4 or IPv6 address", ip);
 }
 
-/* Close listener @idx (its accept thread joined, or that thread itself). */
-static void listener_drop(struct vb_node *node, unsigned idx)
-{
-	if (!node->listener[idx])
-		return;
-	atomic_store(&node->lport[idx], 0);
-	node->ctx->ops->listener_close(node->listener[idx]);
-	node->listener[idx] = NULL;
-	atomic_fetch_sub(&node->ctx->dr[idx == 1 ? 1 : 0].nlisteners, 1);
-}
-
-/*
- * Accept connections on listener @idx: each becomes a lane, pending until
- * its HELLO says which peer it belongs to (a new one, or a standby /
- * replacement for a known one).
- */
-/*
- * Half-open connections (accepted, no valid HELLO yet) hold a QP and
- * VBI_LEAN_SLOTS receive slots each. At most max_pending of them per node:
- * past it the oldest (the list's tail) is dropped, so a flood of them
- * cannot keep a real peer out; vbi_node_pending_expire() drops those older
- * than cm_timeout_ms. node->lock held for writing.
- */
-static void pending_cap(struct vb_node *node)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_lane *oldest = NULL;
-	unsigned n = 0;
-
-	for (struct vbi_lane *l = node->pending; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd) && !l->refused_ns) {
-			n++;
-			oldest = l;
-		}
-	if (n <= ctx->attr.max_pending || !oldest)
-		return;
-	atomic_fetch_add(&ctx->st.pending_dropped, 1);
-	vbi_info("node '%s': %u connections without a HELLO (max_pending %u): the oldest "
-		 "(QP %u) dropped", node->name, n, ctx->attr.max_pending, oldest->qp->qpn);
-	vbi_lane_retire(oldest);
-}
-
 void vbi_node_pending_expire(struct vb_node *node)
 {
 	struct vb_ctx *ctx = node->ctx;
@@ -308,143 +266,6 @@ void vbi_node_pending_expire(struct vb_node *node)
 	pthread_rwlock_unlock(&node->lock);
 }
 
-static void accept_loop(struct vb_node *node, unsigned idx)
-{
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
-	enum vb_qp_type mode = node->listener[idx]->type;
-	struct vbt_conn_param cp = ctx->cp;
-	struct vbi_lane *l = NULL;
-
-	vbi_lib_thread_enter();
-	/* Wait for requests in short slices so stop is noticed; the handshake
-	 * steps after a request keep the full cm_timeout_ms. */
-	cp.accept_wait_ms = 500;
-	while (!atomic_load(&node->stop) && !atomic_load(&dr->removed)) {
-		int rc;
-
-		if (!l) {
-			if (vbi_lane_new(node, dr, mode, true, &l)) {
-				vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
-				struct timespec ts = { 0, 100000000 };
-
-				nanosleep(&ts, NULL);
-				continue;
-			}
-			/* its HELLO is handled by the progress thread, which
-			 * must not register memory for it, nor for those of the
-			 * accepted connections still waiting for theirs */
-			unsigned waiting = 0;
-
-			pthread_rwlock_rdlock(&node->lock);
-			for (struct vbi_lane *o = node->pending; o; o = o->next)
-				waiting += o->lean;
-			pthread_rwlock_unlock(&node->lock);
-			if (vbi_lane_commit_prepare(l, waiting))
-				vbi_info("accept: no registered room made ahead: %s", vbi_errmsg());
-		}
-		atomic_store(&l->in_setup, true);
-		rc = ctx->ops->accept(node->listener[idx], l->qp, &cp, &l->conn);
-		if (rc == -ETIMEDOUT && vbt_qp_state(l->qp) == VB_QPS_INIT)
-			continue;
-		if (rc) {
-			if (!atomic_load(&node->stop))
-				vbi_warn("accept failed: %s", vbi_errmsg());
-			vbi_lane_destroy_now(l);
-			l = NULL;
-			continue;
-		}
-		/* The peer's HELLO may have been processed already (it can
-		 * arrive as soon as our QP is in RTR): then it is bound. Our
-		 * HELLO answers it, from the progress thread, once the lane is
-		 * bound (one thread, one lock: the lane's lock changes then). */
-		atomic_store(&l->conn_ready, true); /* UD: its HELLO may be answered */
-		vbi_ctx_kick(node->ctx);
-		l->accepted_ns = vbi_mono_ns();
-		pthread_rwlock_wrlock(&node->lock);
-		if (!l->peer) {
-			l->next = node->pending;
-			node->pending = l;
-			pending_cap(node);
-		}
-		pthread_rwlock_unlock(&node->lock);
-		atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
-		l = NULL;
-	}
-	if (l)
-		vbi_lane_destroy_now(l);
-	if (atomic_load(&dr->removed) && !atomic_load(&node->stop)) {
-		/* its rdma_cm id pins the device: let the removal finish */
-		vbi_info("node '%s': %s listener on %s closed (device removed)", node->name,
-			 vbi_path_mode_name(mode), dr->name);
-		listener_drop(node, idx);
-	}
-}
-
-static void *accept_main0(void *arg)
-{
-	accept_loop(arg, 0);
-	return NULL;
-}
-
-static void *accept_main1(void *arg)
-{
-	accept_loop(arg, 1);
-	return NULL;
-}
-
-static void *accept_main2(void *arg)
-{
-	accept_loop(arg, 2);
-	return NULL;
-}
-
-static void *accept_main3(void *arg)
-{
-	accept_loop(arg, 3);
-	return NULL;
-}
-
-/* Listener @idx: 0 RC on the primary device, 1 RC on the standby device,
- * 2 UC and 3 UD on the primary device (any port: announced in HELLO). */
-static int node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
-{
-	static void *(*const mains[4])(void *) = { accept_main0, accept_main1, accept_main2,
-						   accept_main3 };
-	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
-	struct sockaddr_storage ss;
-	int rc;
-
-	if (atomic_load(&dr->removed))
-		return vbi_err(-ENODEV, "%s was removed", dr->name);
-	rc = vbi_make_addr(ip, port, &ss);
-	if (!rc)
-		rc = ctx->ops->listen(dr->dev, types[idx], (struct sockaddr *)&ss,
-				      &node->listener[idx]);
-	if (rc)
-		return rc;
-	atomic_fetch_add(&dr->nlisteners, 1);
-	atomic_store(&node->lport[idx], node->listener[idx]->port);
-	if (idx == 1) {
-		node->sb_listen = ss;
-		if (ss.ss_family == AF_INET)
-			((struct sockaddr_in *)&node->sb_listen)->sin_port =
-				htons(node->listener[1]->port);
-		else
-			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
-				htons(node->listener[1]->port);
-	}
-	rc = -pthread_create(&node->accept_thread[idx], NULL, mains[idx], node);
-	if (!rc)
-		vbi_thread_name(node->accept_thread[idx], "vb-accept");
-	if (rc)
-		return vbi_err(rc, "accept thread: %s", strerror(-rc));
-	node->accepting[idx] = true;
-	return 0;
-}
-
 int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_node **out)
 {
 	struct vb_node *node;
@@ -455,6 +276,7 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 	if (!node)
 		return vbi_err(-ENOMEM, "node");
 	node->ctx = ctx;
+	node->accept_wake = -1;
 	snprintf(node->name, sizeof(node->name), "%s", attr->name ? attr->name : "verbus");
 	while (!node->uid)
 		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
@@ -466,23 +288,26 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 	if (rc)
 		goto err;
 	if (attr->listen_ip) {
-		rc = node_listen(node, 0, attr->listen_ip, attr->listen_port);
+		rc = vbi_node_listen(node, 0, attr->listen_ip, attr->listen_port);
 		if (rc)
 			goto err;
 		node->port = node->listener[0]->port;
 		/* UC and UD listeners for degraded lanes (a node that cannot
 		 * have them keeps RC only: its peers do not degrade) */
 		for (unsigned i = 2; i < 4; i++)
-			if (node_listen(node, i, attr->listen_ip, 0))
+			if (vbi_node_listen(node, i, attr->listen_ip, 0))
 				vbi_warn("no %s listener (no degradation to it): %s",
 					 i == 2 ? "UC" : "UD", vbi_errmsg());
 		/* A standby listener on the context's second device: peers
 		 * connect their standby lanes there (it is in our HELLO). */
 		if (ctx->ndev > 1 && ctx->attr.standby_ip) {
-			rc = node_listen(node, 1, ctx->attr.standby_ip, attr->standby_port);
+			rc = vbi_node_listen(node, 1, ctx->attr.standby_ip, attr->standby_port);
 			if (rc)
 				goto err;
 		}
+		rc = vbi_node_accept_start(node);
+		if (rc)
+			goto err;
 	}
 	pthread_mutex_lock(&ctx->lock);
 	node->next = ctx->nodes;
@@ -492,11 +317,7 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 	return 0;
 err:
 	vbi_maint_stop(node);
-	for (unsigned i = 0; i < 4; i++) {
-		if (node->accepting[i])
-			vbi_join_progressing(node->ctx, node->accept_thread[i]);
-		listener_drop(node, i);
-	}
+	vbi_node_accept_stop(node);
 	pthread_cond_destroy(&node->maint_cv);
 	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
@@ -709,12 +530,8 @@ int vbi_node_destroy(struct vb_node *node)
 		return vbi_err(-EBUSY, "node '%s' still has publishers or subscribers", node->name);
 	}
 	pthread_rwlock_unlock(&node->lock);
-	vbi_maint_stop(node); /* sets stop: accept threads end too */
-	for (unsigned i = 0; i < 4; i++) {
-		if (node->accepting[i])
-			vbi_join_progressing(node->ctx, node->accept_thread[i]);
-		listener_drop(node, i);
-	}
+	vbi_maint_stop(node); /* sets stop: the accept agent ends too */
+	vbi_node_accept_stop(node);
 
 	pthread_rwlock_wrlock(&node->lock);
 	peers = node->peers;

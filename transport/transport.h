@@ -528,8 +528,36 @@ struct vbt_ops {
 	int (*connect)(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
 		       const struct vbt_conn_param *p, struct vbt_conn **out);
 	/* Disconnect (non-blocking; the peer sees it), free the CM state and
-	 * the AH. The QP is untouched and stays the caller's. */
+	 * the AH. The QP is untouched and stays the caller's. Also frees a
+	 * connection whose set-up is in progress or failed (below). */
 	void (*conn_close)(struct vbt_conn *c);
+
+	/* The same set-up in steps that never block, for a thread that drives
+	 * many (the node's accept agent): start it, then call conn_step
+	 * whenever conn_fd is readable (or at any time: it returns at once)
+	 * until it returns 0. The caller bounds the whole with its own
+	 * deadline and conn_close()s what did not finish in time. */
+	/* A descriptor that is readable when a request may be waiting. */
+	int (*listener_fd)(const struct vbt_listener *l);
+	/* Take one waiting request, as accept does up to its wait for the
+	 * requester's RTU: -EAGAIN (none waiting; @qp untouched); 0 (UD:
+	 * accepted, *out is the connection); -EINPROGRESS (RC/UC: *out waits
+	 * for the RTU: conn_step it); other negative errno as accept (*out
+	 * NULL, the request rejected). Thread-safety: one thread per listener. */
+	int (*accept_start)(struct vbt_listener *l, struct vbt_qp *qp,
+			    const struct vbt_conn_param *p, struct vbt_conn **out);
+	/* Start connect: -EINPROGRESS with *out to be stepped, or a negative
+	 * errno (*out NULL). */
+	int (*connect_start)(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
+			     const struct vbt_conn_param *p, struct vbt_conn **out);
+	/* Handle the connection's waiting CM events: 0 (established: the QP
+	 * is in RTS and the conn is as accept/connect return it);
+	 * -EINPROGRESS (not yet); or the error accept/connect would return,
+	 * again on every later call (the conn is still the caller's:
+	 * conn_close it). Thread-safety: the conn's owner only. */
+	int (*conn_step)(struct vbt_conn *c);
+	/* A descriptor that is readable when conn_step has something to do. */
+	int (*conn_fd)(const struct vbt_conn *c);
 
 	/* Join the multicast @group (IPv4 or IPv6 address; rdma_cm maps it to
 	 * an MGID) through an rdma_cm id bound to @dev's own address (its

@@ -20,10 +20,14 @@
  * mtu, 0, qpn, psn, qkey, gid[16]. A request that does not parse is rejected
  * and counted (-EPROTO).
  *
- * Every blocking step is bounded by vbt_conn_param.cm_timeout_ms. Each
- * listener and each connection has its own event channel, so independent
- * connections never read each other's events. Thread-safety: one thread per
- * listener (accept) / connection at a time; different ones are independent.
+ * The handshake runs in steps that never block (accept_start,
+ * connect_start, then conn_step each time the connection's descriptor is
+ * readable), so one thread can drive any number of them; accept and
+ * connect are those steps with a bounded wait between them (each step
+ * within vbt_conn_param.cm_timeout_ms). Each listener and each connection
+ * has its own event channel, so independent connections never read each
+ * other's events. Thread-safety: one thread per listener / connection at a
+ * time; different ones are independent.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -50,11 +54,26 @@ struct vbv_listener {
 	uint64_t bad_requests;   /* rejected: private data did not parse */
 };
 
+/* Where a connection's handshake stands (vbv_conn_step drives it). */
+enum vbv_step {
+	VBV_STEP_ADDR,        /* connect: resolving the address */
+	VBV_STEP_ROUTE,       /* connect: resolving the route */
+	VBV_STEP_ANSWER,      /* connect: request sent, waiting for the answer */
+	VBV_STEP_ESTABLISHED, /* accept: accepted, waiting for the requester's RTU */
+	VBV_STEP_DONE,
+};
+
+/* One connection. Owner: the thread that started it (accept_start,
+ * connect_start), or the one it was handed to; one at a time. */
 struct vbv_conn {
 	struct vbt_conn core;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	enum vb_qp_type type;
+	enum vbv_step step;
+	bool active;                 /* we connected (else accepted) */
+	int failed;                  /* the step's error, once it failed */
+	struct vbt_conn_param p;     /* the knobs it was started with */
 };
 
 static void put32(uint8_t *p, uint32_t v)
@@ -326,7 +345,7 @@ static void conn_param(const struct vbt_conn_param *p, const struct vbt_qp *qp,
 	cp->qp_num = qp->qpn;
 }
 
-static struct vbv_conn *conn_new(struct vbt_qp *qp)
+static struct vbv_conn *conn_new(struct vbt_qp *qp, const struct vbt_conn_param *p)
 {
 	struct vbv_conn *c = calloc(1, sizeof(*c));
 
@@ -337,7 +356,27 @@ static struct vbv_conn *conn_new(struct vbt_qp *qp)
 	c->core.ops = qp->ops;
 	c->core.qp = qp;
 	c->type = qp->type;
+	c->p = *p;
 	return c;
+}
+
+/* Free a connection that never completed (no disconnect: there is none). */
+static void conn_free(struct vbv_conn *c)
+{
+	if (c->core.ah)
+		c->core.qp->ops->ah_destroy(c->core.ah);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->ch)
+		rdma_destroy_event_channel(c->ch);
+	free(c);
+}
+
+static void conn_log(const struct vbv_conn *c, const char *what)
+{
+	vbi_info("%s %s: local qpn %u psn %u <-> remote qpn %u psn %u", what,
+		 vbi_qp_type_name(c->type), c->core.local.qpn, c->core.local.psn,
+		 c->core.remote.qpn, c->core.remote.psn);
 }
 
 static int conn_make_ah(struct vbv_conn *c)
@@ -349,8 +388,31 @@ static int conn_make_ah(struct vbv_conn *c)
 	return qp->ops->ah_create(qp->pd, &aa, &c->core.ah);
 }
 
-int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn_param *p,
-	       struct vbt_conn **out)
+/* ---- set-up in steps (non-blocking) ------------------------------------- */
+
+/* Next event on the connection's channel without waiting: 0 with *ev (to
+ * be acked), -EINPROGRESS when none is waiting, or an error. */
+static int conn_event(struct vbv_conn *c, struct rdma_cm_event **ev)
+{
+	if (!rdma_get_cm_event(c->ch, ev))
+		return 0;
+	if (errno == EAGAIN || errno == EWOULDBLOCK)
+		return -EINPROGRESS;
+	return vbi_err(cm_errno(EIO), "rdma_get_cm_event: %s", strerror(errno));
+}
+
+/* An event the step did not expect: mapped to an errno, acked. */
+static int conn_unexpected(struct rdma_cm_event *ev, const char *waiting_for)
+{
+	int rc = vbi_err(ev_to_err(ev), "waiting for %s, got %s (status %d)", waiting_for,
+			 rdma_event_str(ev->event), ev->status);
+
+	rdma_ack_cm_event(ev);
+	return rc;
+}
+
+int vbv_accept_start(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn_param *p,
+		     struct vbt_conn **out)
 {
 	struct vbv_listener *l = container_of(lc, struct vbv_listener, core);
 	struct rdma_cm_event *ev;
@@ -363,13 +425,20 @@ int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn
 	if (qp->type != lc->type)
 		return vbi_err(-EINVAL, "accept: %s QP on a %s listener",
 			       vbi_qp_type_name(qp->type), vbi_qp_type_name(lc->type));
-	c = conn_new(qp);
-	if (!c)
+	if (rdma_get_cm_event(l->ch, &ev)) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		return vbi_err(cm_errno(EIO), "rdma_get_cm_event: %s", strerror(errno));
+	}
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		return conn_unexpected(ev, "a connection request");
+	c = conn_new(qp, p);
+	if (!c) {
+		rdma_reject(ev->id, NULL, 0);
+		rdma_destroy_id(ev->id);
+		rdma_ack_cm_event(ev);
 		return -ENOMEM;
-	rc = cm_expect(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
-		       p->accept_wait_ms > 0 ? p->accept_wait_ms : p->cm_timeout_ms, &ev);
-	if (rc)
-		goto err_free;
+	}
 	c->id = ev->id;
 	if (qp->type == VB_QPT_UD)
 		rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
@@ -405,31 +474,262 @@ int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn
 		rc = vbi_err(cm_errno(EIO), "rdma_accept: %s", strerror(errno));
 		goto err_reject;
 	}
-	if (qp->type != VB_QPT_UD) {
-		rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, p->cm_timeout_ms, &ev);
-		if (rc)
-			goto err_id;
-		rdma_ack_cm_event(ev);
-	}
-	vbi_info("accepted %s: local qpn %u psn %u <-> remote qpn %u psn %u",
-		 vbi_qp_type_name(qp->type), c->core.local.qpn, c->core.local.psn,
-		 c->core.remote.qpn, c->core.remote.psn);
 	*out = &c->core;
+	if (qp->type != VB_QPT_UD) {
+		c->step = VBV_STEP_ESTABLISHED; /* the requester's RTU */
+		return -EINPROGRESS;
+	}
+	c->step = VBV_STEP_DONE;
+	conn_log(c, "accepted");
 	return 0;
 
 err_reject:
 	rdma_reject(c->id, NULL, 0);
-err_id:
-	if (c->core.ah)
-		qp->ops->ah_destroy(c->core.ah);
-	rdma_destroy_id(c->id);
-	if (c->ch)
-		rdma_destroy_event_channel(c->ch);
-err_free:
-	free(c);
+	conn_free(c);
 	return rc;
 }
 
+int vbv_connect_start(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
+		      const struct vbt_conn_param *p, struct vbt_conn **out)
+{
+	struct sockaddr_storage ss;
+	struct vbv_conn *c;
+	int rc;
+
+	*out = NULL;
+	if (qp->pd->dev != dev)
+		return vbi_err(-EINVAL, "connect: QP %u is not on device %s", qp->qpn,
+			       dev->caps.name);
+	c = conn_new(qp, p);
+	if (!c)
+		return -ENOMEM;
+	c->active = true;
+	c->ch = cm_channel();
+	if (!c->ch) {
+		rc = -ENODEV;
+		goto err;
+	}
+	if (rdma_create_id(c->ch, &c->id, c, ps_of(qp->type))) {
+		rc = vbi_err(cm_errno(ENOMEM), "rdma_create_id: %s", strerror(errno));
+		goto err;
+	}
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, dst, sa_len(dst));
+	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, p->cm_timeout_ms)) {
+		rc = vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_addr: %s", strerror(errno));
+		goto err;
+	}
+	c->step = VBV_STEP_ADDR;
+	*out = &c->core;
+	return -EINPROGRESS;
+err:
+	conn_free(c);
+	return rc;
+}
+
+/* connect, route resolved: warn when it leaves from another device than
+ * the QP's; bring the QP as far as it goes without the peer (UD to RTS,
+ * RC/UC to INIT) and send our parameters. */
+static int connect_request(struct vbv_conn *c)
+{
+	struct vbt_qp *qp = c->core.qp;
+	struct rdma_conn_param cp;
+	uint8_t wire[VBV_WIRE_LEN];
+	int rc;
+
+	if (c->id->verbs && strcmp(ibv_get_device_name(c->id->verbs->device), qp->pd->dev->caps.name))
+		vbi_warn("route to the peer goes through %s, the QP is on %s",
+			 ibv_get_device_name(c->id->verbs->device), qp->pd->dev->caps.name);
+	if ((rc = vbt_qp_local_peer(qp, c->p.qkey, &c->core.local)))
+		return rc;
+	if (qp->type == VB_QPT_UD)
+		rc = vbt_qp_bring_up(qp, &c->p, &c->core.local, NULL);
+	else if (vbt_qp_state(qp) == VB_QPS_RESET)
+		rc = vbt_qp_to_init(qp, &c->p, &c->core.local);
+	else if (vbt_qp_state(qp) != VB_QPS_INIT)
+		rc = vbi_err(-EINVAL, "connect: QP %u is in %s (RESET or INIT expected)",
+			     qp->qpn, vbi_qp_state_name(vbt_qp_state(qp)));
+	if (rc)
+		return rc;
+	wire_put(&c->core.local, wire);
+	conn_param(&c->p, qp, wire, &cp);
+	if (rdma_connect(c->id, &cp))
+		return vbi_err(cm_errno(EIO), "rdma_connect: %s", strerror(errno));
+	return 0;
+}
+
+/* connect, the answer: UD's SIDR reply (ESTABLISHED; its QPN must match
+ * the private data's) gives the AH; RC/UC's CONNECT_RESPONSE brings our QP
+ * up, then rdma_establish() sends the RTU (no QP on the id: librdmacm
+ * leaves it to us). */
+static int connect_answer(struct vbv_conn *c, struct rdma_cm_event *ev)
+{
+	struct vbt_qp *qp = c->core.qp;
+	enum rdma_cm_event_type got = ev->event;
+	int rc;
+
+	if (qp->type == VB_QPT_UD) {
+		rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
+			      &c->core.remote);
+		if (!rc && ev->param.ud.qp_num != c->core.remote.qpn)
+			rc = vbi_err(-EPROTO, "SIDR reply QPN %u, private data says %u",
+				     ev->param.ud.qp_num, c->core.remote.qpn);
+		rdma_ack_cm_event(ev);
+		return rc ? rc : conn_make_ah(c);
+	}
+	rc = wire_get(ev->param.conn.private_data, ev->param.conn.private_data_len, qp->type,
+		      &c->core.remote);
+	rdma_ack_cm_event(ev);
+	if (rc || (rc = vbt_qp_bring_up(qp, &c->p, &c->core.local, &c->core.remote)))
+		return rc;
+	if (got == RDMA_CM_EVENT_CONNECT_RESPONSE && rdma_establish(c->id))
+		return vbi_err(cm_errno(EIO), "rdma_establish: %s", strerror(errno));
+	return 0;
+}
+
+/* One event of the handshake, in the step it belongs to. */
+static int conn_advance(struct vbv_conn *c, struct rdma_cm_event *ev)
+{
+	int rc;
+
+	switch (c->step) {
+	case VBV_STEP_ADDR:
+		if (ev->event != RDMA_CM_EVENT_ADDR_RESOLVED)
+			return conn_unexpected(ev, "ADDR_RESOLVED");
+		rdma_ack_cm_event(ev);
+		if (rdma_resolve_route(c->id, c->p.cm_timeout_ms))
+			return vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_route: %s",
+				       strerror(errno));
+		c->step = VBV_STEP_ROUTE;
+		return 0;
+	case VBV_STEP_ROUTE:
+		if (ev->event != RDMA_CM_EVENT_ROUTE_RESOLVED)
+			return conn_unexpected(ev, "ROUTE_RESOLVED");
+		rdma_ack_cm_event(ev);
+		if ((rc = connect_request(c)))
+			return rc;
+		c->step = VBV_STEP_ANSWER;
+		return 0;
+	case VBV_STEP_ANSWER:
+		if (ev->event != RDMA_CM_EVENT_ESTABLISHED &&
+		    (c->type == VB_QPT_UD || ev->event != RDMA_CM_EVENT_CONNECT_RESPONSE))
+			return conn_unexpected(ev, c->type == VB_QPT_UD ? "the SIDR reply"
+									: "CONNECT_RESPONSE");
+		if ((rc = connect_answer(c, ev)))
+			return rc;
+		c->step = VBV_STEP_DONE;
+		conn_log(c, "connected");
+		return 0;
+	case VBV_STEP_ESTABLISHED:
+		if (ev->event != RDMA_CM_EVENT_ESTABLISHED)
+			return conn_unexpected(ev, "ESTABLISHED");
+		rdma_ack_cm_event(ev);
+		c->step = VBV_STEP_DONE;
+		conn_log(c, "accepted");
+		return 0;
+	default:
+		rdma_ack_cm_event(ev); /* after the handshake: the owner's business */
+		return 0;
+	}
+}
+
+int vbv_conn_step(struct vbt_conn *cc)
+{
+	struct vbv_conn *c = container_of(cc, struct vbv_conn, core);
+	struct rdma_cm_event *ev;
+	int rc;
+
+	if (c->failed)
+		return c->failed;
+	while (c->step != VBV_STEP_DONE) {
+		if ((rc = conn_event(c, &ev)) == -EINPROGRESS)
+			return rc;
+		if (rc || (rc = conn_advance(c, ev))) {
+			c->failed = rc < 0 ? rc : -EIO;
+			return c->failed;
+		}
+	}
+	return 0;
+}
+
+int vbv_conn_fd(const struct vbt_conn *cc)
+{
+	return container_of(cc, const struct vbv_conn, core)->ch->fd;
+}
+
+int vbv_listener_fd(const struct vbt_listener *lc)
+{
+	return container_of(lc, const struct vbv_listener, core)->ch->fd;
+}
+
+/* ---- the blocking forms, on the steps ----------------------------------- */
+
+/* Wait up to @ms (>= 0) for @fd to be readable. */
+static void fd_wait(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	(void)poll(&pfd, 1, ms);
+}
+
+/* Drive @c until it is done, each wait bounded by @step_ms(), failing with
+ * -ETIMEDOUT when one passes with nothing new. On failure @c is freed. */
+static int conn_finish(struct vbv_conn *c, const struct vbt_conn_param *p,
+		       const struct timespec *t0, int (*step_ms)(const struct vbt_conn_param *,
+								 const struct timespec *))
+{
+	int rc;
+
+	for (;;) {
+		struct timespec ts;
+		int ms = step_ms(p, t0);
+		enum vbv_step was = c->step;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		while ((rc = vbv_conn_step(&c->core)) == -EINPROGRESS && c->step == was &&
+		       ms_since(&ts) < ms)
+			fd_wait(c->ch->fd, ms - (int)ms_since(&ts));
+		if (rc != -EINPROGRESS)
+			break;
+		if (c->step == was) {
+			rc = vbi_err(-ETIMEDOUT, "no CM event within %d ms (%s)", ms,
+				     c->active ? "connecting" : "accepting");
+			break;
+		}
+	}
+	if (rc)
+		vbv_conn_close(&c->core);
+	return rc;
+}
+
+/* accept: every step waits cm_timeout_ms. */
+static int accept_step_ms(const struct vbt_conn_param *p, const struct timespec *t0)
+{
+	(void)t0;
+	return p->cm_timeout_ms;
+}
+
+int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn_param *p,
+	       struct vbt_conn **out)
+{
+	int wait_ms = p->accept_wait_ms > 0 ? p->accept_wait_ms : p->cm_timeout_ms;
+	struct timespec t0;
+	int rc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while ((rc = vbv_accept_start(lc, qp, p, out)) == -EAGAIN) {
+		if (ms_since(&t0) >= wait_ms)
+			return vbi_err(-ETIMEDOUT, "no connection request within %d ms", wait_ms);
+		fd_wait(vbv_listener_fd(lc), wait_ms - (int)ms_since(&t0));
+	}
+	if (rc != -EINPROGRESS)
+		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = conn_finish(container_of(*out, struct vbv_conn, core), p, &t0, accept_step_ms);
+	if (rc)
+		*out = NULL;
+	return rc;
+}
 
 /* connect: the wait allowed for the next CM step, started at @t0: cm_timeout_ms,
  * and no more than what is left of connect_budget_ms (at least 1 ms, so the
@@ -446,147 +746,19 @@ static int step_ms(const struct vbt_conn_param *p, const struct timespec *t0)
 	return left < p->cm_timeout_ms ? (int)left : p->cm_timeout_ms;
 }
 
-/* connect: resolve @dst's address, then the route, on c->id (each step
- * within step_ms); warn when the route leaves from another device than
- * @dev's. */
-static int connect_resolve(struct vbv_conn *c, struct vbt_dev *dev, const struct sockaddr *dst,
-			   const struct vbt_conn_param *p, const struct timespec *t0)
-{
-	struct rdma_cm_event *ev;
-	struct sockaddr_storage ss;
-	int rc;
-
-	memset(&ss, 0, sizeof(ss));
-	memcpy(&ss, dst, sa_len(dst));
-	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, step_ms(p, t0)))
-		return vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_addr: %s", strerror(errno));
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED, 0, step_ms(p, t0), &ev)))
-		return rc;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(c->id, step_ms(p, t0)))
-		return vbi_err(cm_errno(EHOSTUNREACH), "rdma_resolve_route: %s", strerror(errno));
-	if ((rc = cm_expect(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, step_ms(p, t0), &ev)))
-		return rc;
-	rdma_ack_cm_event(ev);
-	if (c->id->verbs && strcmp(ibv_get_device_name(c->id->verbs->device), dev->caps.name))
-		vbi_warn("route to the peer goes through %s, the QP is on %s",
-			 ibv_get_device_name(c->id->verbs->device), dev->caps.name);
-	return 0;
-}
-
-/* connect: the local end (c->core.local), and the QP as far as it goes
- * without the peer. */
-static int connect_local(struct vbv_conn *c, struct vbt_qp *qp, const struct vbt_conn_param *p)
-{
-	int rc;
-
-	if ((rc = vbt_qp_local_peer(qp, p->qkey, &c->core.local)))
-		return rc;
-	/* UD needs nothing from the peer to reach RTS; RC/UC stop at INIT. */
-	if (qp->type == VB_QPT_UD)
-		return vbt_qp_bring_up(qp, p, &c->core.local, NULL);
-	if (vbt_qp_state(qp) == VB_QPS_RESET)
-		return vbt_qp_to_init(qp, p, &c->core.local);
-	if (vbt_qp_state(qp) != VB_QPS_INIT)
-		return vbi_err(-EINVAL, "connect: QP %u is in %s (RESET or INIT expected)",
-			       qp->qpn, vbi_qp_state_name(vbt_qp_state(qp)));
-	return 0;
-}
-
-/* connect, UD: the SIDR reply (ESTABLISHED) carries the peer's end, whose
- * QPN must match the reply's; then the AH to reach it. */
-static int connect_ud_reply(struct vbv_conn *c, struct vbt_qp *qp,
-			    const struct vbt_conn_param *p, const struct timespec *t0)
-{
-	struct rdma_cm_event *ev;
-	int rc;
-
-	rc = cm_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, 0, step_ms(p, t0), &ev);
-	if (rc)
-		return rc;
-	rc = wire_get(ev->param.ud.private_data, ev->param.ud.private_data_len, qp->type,
-		      &c->core.remote);
-	if (!rc && ev->param.ud.qp_num != c->core.remote.qpn)
-		rc = vbi_err(-EPROTO, "SIDR reply QPN %u, private data says %u",
-			     ev->param.ud.qp_num, c->core.remote.qpn);
-	rdma_ack_cm_event(ev);
-	return rc ? rc : conn_make_ah(c);
-}
-
 int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
 		const struct vbt_conn_param *p, struct vbt_conn **out)
 {
-	struct rdma_cm_event *ev;
-	struct rdma_conn_param cp;
-	struct vbv_conn *c;
-	uint8_t wire[VBV_WIRE_LEN];
 	struct timespec t0;
 	int rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	*out = NULL;
-	if (qp->pd->dev != dev)
-		return vbi_err(-EINVAL, "connect: QP %u is not on device %s", qp->qpn,
-			       dev->caps.name);
-	c = conn_new(qp);
-	if (!c)
-		return -ENOMEM;
-	c->ch = cm_channel();
-	if (!c->ch) {
-		rc = -ENODEV;
-		goto err_free;
-	}
-	if (rdma_create_id(c->ch, &c->id, c, ps_of(qp->type))) {
-		rc = vbi_err(cm_errno(ENOMEM), "rdma_create_id: %s", strerror(errno));
-		goto err_ch;
-	}
-	if ((rc = connect_resolve(c, dev, dst, p, &t0)))
-		goto err_id;
-	if ((rc = connect_local(c, qp, p)))
-		goto err_id;
-	wire_put(&c->core.local, wire);
-	conn_param(p, qp, wire, &cp);
-	if (rdma_connect(c->id, &cp)) {
-		rc = vbi_err(cm_errno(EIO), "rdma_connect: %s", strerror(errno));
-		goto err_id;
-	}
-	if (qp->type == VB_QPT_UD) {
-		if ((rc = connect_ud_reply(c, qp, p, &t0)))
-			goto err_id;
-	} else {
-		/* No QP on the id: librdmacm reports CONNECT_RESPONSE and leaves
-		 * the RTU to rdma_establish() once our QP is in RTS. */
-		rc = cm_expect(c->ch, RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_ESTABLISHED,
-			       step_ms(p, &t0), &ev);
-		if (rc)
-			goto err_id;
-		enum rdma_cm_event_type got = ev->event;
-		rc = wire_get(ev->param.conn.private_data, ev->param.conn.private_data_len,
-			      qp->type, &c->core.remote);
-		rdma_ack_cm_event(ev);
-		if (rc || (rc = vbt_qp_bring_up(qp, p, &c->core.local, &c->core.remote)))
-			goto err_disc;
-		if (got == RDMA_CM_EVENT_CONNECT_RESPONSE && rdma_establish(c->id)) {
-			rc = vbi_err(cm_errno(EIO), "rdma_establish: %s", strerror(errno));
-			goto err_disc;
-		}
-	}
-	vbi_info("connected %s: local qpn %u psn %u <-> remote qpn %u psn %u",
-		 vbi_qp_type_name(qp->type), c->core.local.qpn, c->core.local.psn,
-		 c->core.remote.qpn, c->core.remote.psn);
-	*out = &c->core;
-	return 0;
-
-err_disc:
-	rdma_disconnect(c->id);
-err_id:
-	if (c->core.ah)
-		qp->ops->ah_destroy(c->core.ah);
-	rdma_destroy_id(c->id);
-err_ch:
-	rdma_destroy_event_channel(c->ch);
-err_free:
-	free(c);
+	rc = vbv_connect_start(dev, qp, dst, p, out);
+	if (rc != -EINPROGRESS)
+		return rc;
+	rc = conn_finish(container_of(*out, struct vbv_conn, core), p, &t0, step_ms);
+	if (rc)
+		*out = NULL;
 	return rc;
 }
 
@@ -597,13 +769,15 @@ void vbv_conn_close(struct vbt_conn *cc)
 	if (!cc)
 		return;
 	c = container_of(cc, struct vbv_conn, core);
-	if (c->type != VB_QPT_UD)
-		rdma_disconnect(c->id); /* sends DREQ; does not wait for the reply */
+	/* sends DREQ (or, before the handshake completed, the CM's REJ when
+	 * the id goes); does not wait for the reply */
+	if (c->type != VB_QPT_UD && (c->step == VBV_STEP_DONE || c->step == VBV_STEP_ESTABLISHED ||
+				     c->step == VBV_STEP_ANSWER))
+		rdma_disconnect(c->id);
 	if (cc->ah && cc->ops->ah_destroy(cc->ah))
 		vbi_warn("conn_close: %s", vbi_errmsg());
-	rdma_destroy_id(c->id);
-	rdma_destroy_event_channel(c->ch);
-	free(c);
+	cc->ah = NULL;
+	conn_free(c);
 }
 
 struct rdma_event_channel *vbv_cm_channel(void)

@@ -87,6 +87,13 @@ int vbv_accept(struct vbt_listener *l, struct vbt_qp *qp, const struct vbt_conn_
 int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
 		const struct vbt_conn_param *p, struct vbt_conn **out);
 void vbv_conn_close(struct vbt_conn *c);
+int vbv_listener_fd(const struct vbt_listener *l);
+int vbv_accept_start(struct vbt_listener *l, struct vbt_qp *qp, const struct vbt_conn_param *p,
+		     struct vbt_conn **out);
+int vbv_connect_start(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *dst,
+		      const struct vbt_conn_param *p, struct vbt_conn **out);
+int vbv_conn_step(struct vbt_conn *c);
+int vbv_conn_fd(const struct vbt_conn *c);
 
 /* verbs_cm.c: the device and port rdma_cm binds @ip to (for dev_open). */
 int vbv_resolve_local_ip(const char *ip, char *devname, size_t len, uint8_t *port);

@@ -243,6 +243,11 @@ const struct vbt_ops vbt_verbs_ops = {
 	.accept = vbv_accept,
 	.connect = vbv_connect,
 	.conn_close = vbv_conn_close,
+	.listener_fd = vbv_listener_fd,
+	.accept_start = vbv_accept_start,
+	.connect_start = vbv_connect_start,
+	.conn_step = vbv_conn_step,
+	.conn_fd = vbv_conn_fd,
 	.mcast_join = vbv_mcast_join,
 	.mcast_leave = vbv_mcast_leave,
 };

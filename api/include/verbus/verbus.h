@@ -254,7 +254,9 @@ typedef struct vb_ctx_attr {
 	 * authentication, a valid proof of the key) for at most
 	 * cm_timeout_ms. When a new one would pass this cap the oldest is
 	 * dropped, so a flood of half-open connections cannot keep a real
-	 * peer out. 1..1024, 32 [VERBUS_MAX_PENDING] (appended) */
+	 * peer out. Handshakes still in progress (no RTU yet) have a cap of
+	 * the same size of their own. 1..1024, 32 [VERBUS_MAX_PENDING]
+	 * (appended) */
 	unsigned max_pending;
 	/* Peer authentication (optional; appended). With a key, every
 	 * connection's handshake is a challenge-response MAC (HMAC-SHA512-256,
@@ -390,7 +392,8 @@ typedef struct vb_stats {
 				      * bytes reached retain_bytes (also counted
 				      * in backpressure) */
 	uint64_t pending_dropped;    /* accepted connections dropped before a valid
-				      * HELLO: none within cm_timeout_ms, or past
+				      * HELLO: their handshake or their HELLO not
+				      * done within cm_timeout_ms, or past
 				      * max_pending (vb_ctx_attr_t) */
 	uint64_t refused;            /* connections refused (max_peers reached),
 				      * the reason sent to the connecting side */
