@@ -66,6 +66,9 @@
  *       destroyed. Destroy publishers and subscribers before their node,
  *       nodes before their context.
  *   vb_errmsg, vb_strerror, vb_version, *_attr_init: any thread, any time.
+ *   fork(): a child process (without exec) must not use its parent's
+ *       contexts or anything made from them; it may create its own (what
+ *       the library tracks per thread is reset for it at the fork).
  */
 #ifndef VERBUS_VERBUS_H
 #define VERBUS_VERBUS_H
