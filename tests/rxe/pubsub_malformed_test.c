@@ -588,7 +588,10 @@ static void good_traffic(uint16_t port)
 	}
 	if (vb_pub_wait_acked(ord, seq, 60000))
 		fail_msg("ORDERED not acknowledged: %s", vb_errmsg());
+	/* the victim copies its subscribers' stats here every 2 ms: wait for
+	 * them too, not only for its callbacks' counts */
 	for (t0 = vbt_now_ms(); (ld(&sh->ord_got) + ld(&sh->ord_err) < n ||
+				 ld(&sh->ord_delivered) < n ||
 				 ld(&sh->fan_delivered) + ld(&sh->fan_lost) < n) &&
 				vbt_now_ms() - t0 < 30000;)
 		usleep(5000);
