@@ -17,6 +17,7 @@
 #ifndef VERBUS_ENGINE_ENGINE_H
 #define VERBUS_ENGINE_ENGINE_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -220,6 +221,12 @@ struct vbi_peer {
 	unsigned warm_failures;  /* connector: consecutive lane-building failures
 				  * (maintenance thread only) */
 	uint64_t warm_after_ns;  /* ... next attempt not before */
+	/* connector: the lane whose connection is being set up, in steps
+	 * (bound, in_setup), its role and the deadline of the attempt
+	 * (conductor thread only) */
+	struct vbi_lane *building;
+	uint8_t build_role;
+	uint64_t build_deadline_ns;
 	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
 	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
 	struct vbi_lane *probe;  /* connector, degraded: the RC probe lane (txlock) */
@@ -285,20 +292,21 @@ struct vb_node {
 	 * device, [2] UC and [3] UD on the primary device (degraded lanes) */
 	struct vbt_listener *listener[4];
 	atomic_ushort lport[4];    /* their ports, 0 once closed (HELLO reads them) */
-	/* the accept agent (proto/accept.c): one thread for all four */
-	pthread_t accept_thread;
-	struct accept_agent *accept_agent; /* its state (NULL: not running) */
-	int accept_wake;           /* eventfd that wakes it (-1: none) */
+	struct vbi_accept *accept; /* the conductor's accept duty (accept.c;
+				    * NULL: not listening) */
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */
 
-	/* maintenance thread: retires lanes, warms standbys, rebuilds */
+	/* the conductor thread (maint.c, vb-maint): accepts, retires lanes,
+	 * warms standbys, rebuilds, reaps */
 	pthread_t maint_thread;
 	bool maint_running;
+	int wake_fd;               /* eventfd: vbi_maint_kick wakes it (-1: none) */
+	struct pollfd *maint_pfd;  /* its poll set (conductor thread) */
 	pthread_mutex_t maint_lock;
-	pthread_cond_t maint_cv;
-	unsigned retiring;         /* lanes marked for retirement, not yet freed */
+	unsigned retiring;         /* lanes marked for retirement, not yet freed
+				    * (maint_lock) */
 };
 
 struct vb_ctx {

@@ -433,8 +433,8 @@ void vbi_lane_retire(struct vbi_lane *l)
 	 * maintenance thread finds it there (maint_retire); the count only
 	 * keeps that thread from sleeping on a retire it has not seen yet */
 	node->retiring++;
-	pthread_cond_broadcast(&node->maint_cv);
 	pthread_mutex_unlock(&node->maint_lock);
+	vbi_maint_kick(node);
 }
 
 /*

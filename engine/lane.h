@@ -83,6 +83,9 @@ void vbi_dev_event(const struct vbt_event *ev, void *arg);
 /* maint.c: the maintenance thread */
 int vbi_maint_start(struct vb_node *node);
 void vbi_maint_stop(struct vb_node *node);
+/* Free what vbi_maint_start made (its wake-up descriptor, which other
+ * threads may still write to until the node is unreachable: last). */
+void vbi_maint_fini(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
 /* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
 #define VBI_REPLACED_KEEP_NS 1000000000ull

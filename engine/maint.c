@@ -1,13 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The per-node maintenance thread (one per vb_node): every round (50 ms,
- * or when kicked) it drops accepted connections that sent no HELLO in
- * time, retires and destroys old lanes (drain, grace period, free),
- * switches given-up peers to their backup node, reaps dead peers, and for
- * every live peer warms a standby, builds a replacement lane after a
- * failure, probes RC while degraded, and gives up a peer that cannot be
- * reached (the recovery timeout, or the dead-peer evidence rule:
- * docs/recovery.md).
+ * The node's conductor thread (vb-maint; one per vb_node). It owns the
+ * node's topology and never blocks on a peer's handshake: each cycle it
+ * waits in poll() on its wake-up eventfd (vbi_maint_kick), the
+ * descriptors of the accept duty (engine/accept.c: listeners, handshakes
+ * in progress) and those of the lanes it is connecting, then
+ *   - runs the accept duty,
+ *   - steps the connections it is setting up (build_step),
+ *   - every 50 ms, or when kicked: drops accepted connections that sent no
+ *     HELLO in time, retires and destroys old lanes (drain, grace period,
+ *     free), switches given-up peers to their backup node, reaps dead
+ *     peers, and for every live peer warms a standby, starts a
+ *     replacement lane after a failure, probes RC while degraded, and
+ *     gives up a peer that cannot be reached (the recovery timeout, or the
+ *     dead-peer evidence rule: docs/recovery.md).
+ * What still blocks it: a lane's drain, an RCU grace period, the QP
+ * pool's refill, and the switch to a backup node (vbi_node_backup_step,
+ * which connects with the blocking vbi_node_connect_addr).
  *
  * Threads: only this thread builds lanes for the connecting side and
  * frees lanes and peers (besides node destruction, after it is joined);
@@ -20,8 +29,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "engine/accept.h"
 #include "engine/engine.h"
 #include "engine/events.h"
 #include "engine/lane.h"
@@ -36,9 +49,10 @@
 
 void vbi_maint_kick(struct vb_node *node)
 {
-	pthread_mutex_lock(&node->maint_lock);
-	pthread_cond_broadcast(&node->maint_cv);
-	pthread_mutex_unlock(&node->maint_lock);
+	uint64_t one = 1;
+
+	if (node->wake_fd >= 0)
+		(void)!write(node->wake_fd, &one, sizeof(one));
 }
 
 static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
@@ -108,14 +122,32 @@ static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool 
 	return NULL;
 }
 
-/* Connector: build a lane of @role and @mode to @p. Degraded (UC/UD)
- * lanes go to the peer's UC/UD listener on its primary address, from our
- * primary device. A replacement's attempt ends by the peer's recovery
- * deadline (@deadline_ns, 0: none), so the peer is given up on time and
- * not one attempt later (net_link_cut_test: 54.8 s instead of 45).
- * Maintenance thread, no lock held. */
-static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, enum vb_qp_type mode,
-		      uint64_t deadline_ns)
+/* A lane whose connection could not be set up: unbound from the probe
+ * slot and destroyed (the error message is kept). Conductor thread. */
+static void build_abandon(struct vbi_peer *p, struct vbi_lane *l)
+{
+	char msg[VBI_ERRMSG_MAX];
+
+	snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+	pthread_mutex_lock(&p->txlock);
+	if (p->probe == l)
+		p->probe = NULL;
+	pthread_mutex_unlock(&p->txlock);
+	atomic_store(&l->in_setup, false);
+	vbi_lane_destroy_now(l);
+	vbi_err(-EIO, "%s", msg);
+}
+
+/* Connector: start building a lane of @role and @mode to @p (p->building,
+ * stepped by build_step). Degraded (UC/UD) lanes go to the peer's UC/UD
+ * listener on its primary address, from our primary device. A
+ * replacement's attempt ends by the peer's recovery deadline
+ * (@deadline_ns), so the peer is given up on time and not one attempt
+ * later (net_link_cut_test: 54.8 s instead of 45); any other by three CM
+ * steps' cm_timeout_ms. 0 (started) or a negative errno. Conductor
+ * thread, no lock held. */
+static int build_start(struct vb_node *node, struct vbi_peer *p, uint8_t role,
+		       enum vb_qp_type mode, uint64_t deadline_ns)
 {
 	struct vb_ctx *ctx = node->ctx;
 	const struct sockaddr_storage *dst = NULL;
@@ -147,7 +179,9 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, en
 	rc = vbi_lane_new(node, dr, mode, false, &l);
 	if (rc)
 		return rc;
-	/* bound before it connects: the peer's HELLO may arrive first */
+	/* bound before it connects: the peer's HELLO may arrive first; ours
+	 * (in_setup) until the connection is set up */
+	atomic_store(&l->in_setup, true);
 	pthread_mutex_lock(&p->txlock);
 	l->id = p->next_lane_id++;
 	l->role = role;
@@ -155,29 +189,16 @@ static int build_lane(struct vb_node *node, struct vbi_peer *p, uint8_t role, en
 	if (role == VBI_LANE_PROBE)
 		p->probe = l;
 	pthread_mutex_unlock(&p->txlock);
-	{
-		struct vbt_conn_param cp = ctx->cp;
-		uint64_t now = vbi_mono_ns();
-
-		if (deadline_ns)
-			cp.connect_budget_ms =
-				deadline_ns > now ? (int)((deadline_ns - now) / 1000000 + 1) : 1;
-		rc = ctx->ops->connect(dr->dev, l->qp, (const struct sockaddr *)dst, &cp, &l->conn);
+	rc = ctx->ops->connect_start(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp,
+				     &l->conn);
+	if (rc != -EINPROGRESS) {
+		build_abandon(p, l);
+		return rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take");
 	}
-	if (rc) {
-		char msg[VBI_ERRMSG_MAX];
-
-		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
-		pthread_mutex_lock(&p->txlock);
-		if (p->probe == l)
-			p->probe = NULL;
-		pthread_mutex_unlock(&p->txlock);
-		vbi_lane_destroy_now(l);
-		return vbi_err(rc, "%s", msg);
-	}
-	atomic_store(&l->conn_ready, true);
-	vbi_ctx_kick(l->node->ctx);
-	ctx->up->lane_send_hello(l);
+	p->building = l;
+	p->build_role = role;
+	p->build_deadline_ns = deadline_ns ? deadline_ns
+					   : vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
 	return 0;
 }
 
@@ -219,6 +240,50 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 static unsigned keepalive_or(const struct vb_ctx *ctx, unsigned dflt)
 {
 	return ctx->attr.keepalive_ms ? ctx->attr.keepalive_ms : dflt;
+}
+
+/* Connector: building a lane of @role to @p failed with @rc (the message
+ * in vbi_errmsg()): the dead-peer rule, or a retry after a backoff.
+ * Conductor thread, no lock held. */
+static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8_t role)
+{
+	struct vb_ctx *ctx = node->ctx;
+	uint64_t now = vbi_mono_ns();
+	uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
+	bool silent;
+
+	/* Its active connection failed, nothing arrived from it since (for
+	 * two keepalive periods at least: a live peer answers a switch at
+	 * once), and now its node refuses a connection (no listener: the
+	 * process is gone) or cannot be reached: it is dead, not slow. Give
+	 * it up now rather than after recover_timeout (docs/recovery.md,
+	 * "Detecting a dead peer"). */
+	pthread_mutex_lock(&p->txlock);
+	silent = p->fail_watch && p->last_rx_ms == p->rx_ms_at_fail &&
+		 vbi_now_ms() - p->last_rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
+	pthread_mutex_unlock(&p->txlock);
+	if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
+		char why[VBI_ERRMSG_MAX + 96];
+
+		snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
+			 "and a new one was %s (%s)",
+			 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
+		pthread_mutex_lock(&p->txlock);
+		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
+		pthread_mutex_unlock(&p->txlock);
+		vbi_peer_pev_flush(p);
+		atomic_fetch_add(&ctx->st.path_downs, 1);
+		ctx->up->peer_failed(p, why);
+		return;
+	}
+	if (role == VBI_LANE_PROBE)
+		vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
+	p->warm_failures++;
+	p->warm_after_ns = vbi_mono_ns() + back;
+	vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
+		 role == VBI_LANE_REPLACE ? "replacement"
+					  : role == VBI_LANE_PROBE ? "RC probe" : "standby",
+		 (unsigned long long)(back / 1000000), vbi_errmsg());
 }
 
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
@@ -266,109 +331,209 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	}
 	if (p->connector && !need_lane && mode != VB_QPT_RC)
 		maint_probe(node, p, now);
-	if (!p->connector || waiting_hello || (!need_lane && !need_standby && !need_probe) ||
-	    now < p->warm_after_ns || atomic_load(&node->stop))
+	if (!p->connector || p->building || waiting_hello ||
+	    (!need_lane && !need_standby && !need_probe) || now < p->warm_after_ns ||
+	    atomic_load(&node->stop))
 		return;
-	if ((rc = build_lane(node, p,
-			     need_lane ? VBI_LANE_REPLACE
-				       : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY,
-			     need_lane ? mode : VB_QPT_RC,
-			     need_lane ? since + recover_timeout_ns(ctx) : 0))) {
-		uint64_t back = 50000000ull << (p->warm_failures < 5 ? p->warm_failures : 5);
-		bool silent;
+	{
+		uint8_t role = need_lane ? VBI_LANE_REPLACE
+					 : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY;
 
-		/* Its active connection failed, nothing arrived from it since
-		 * (for two keepalive periods at least: a live peer answers a
-		 * switch at once), and now its node refuses a connection (no
-		 * listener: the process is gone) or cannot be reached: it is
-		 * dead, not slow. Give it up now rather than after
-		 * recover_timeout (docs/recovery.md, "Detecting a dead peer"). */
-		pthread_mutex_lock(&p->txlock);
-		silent = p->fail_watch && p->last_rx_ms == p->rx_ms_at_fail &&
-			 vbi_now_ms() - p->last_rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
-		pthread_mutex_unlock(&p->txlock);
-		if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
-			char why[VBI_ERRMSG_MAX + 96];
-
-			snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
-				 "and a new one was %s (%s)",
-				 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
-			pthread_mutex_lock(&p->txlock);
-			vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now,
-				      VBI_PATH_F_NO_STANDBY);
-			pthread_mutex_unlock(&p->txlock);
-			vbi_peer_pev_flush(p);
-			atomic_fetch_add(&ctx->st.path_downs, 1);
-			ctx->up->peer_failed(p, why);
-			return;
-		}
-
-		if (need_probe)
-			vbi_path_probe(&p->path, VB_QPT_RC, 0, now);
-		p->warm_failures++;
-		p->warm_after_ns = vbi_mono_ns() + back;
-		vbi_info("peer '%s': %s lane not built (retry in %llu ms): %s", p->name,
-			 need_lane ? "replacement" : need_probe ? "RC probe" : "standby",
-			 (unsigned long long)(back / 1000000), vbi_errmsg());
-	} else {
-		p->warm_failures = 0;
+		rc = build_start(node, p, role, need_lane ? mode : VB_QPT_RC,
+				 need_lane ? since + recover_timeout_ns(ctx) : 0);
+		if (rc)
+			build_failed(node, p, rc, role);
 	}
+}
+
+/* ---- the connections the conductor sets up --------------------------------------------------- */
+
+/* Peers with a lane being connected (node->lock held for reading): at most
+ * @max into @out. They are not reaped while they have it. */
+static unsigned builds_list(struct vb_node *node, struct vbi_peer **out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (struct vbi_peer *p = node->peers; p && n < max; p = p->next)
+		if (p->building)
+			out[n++] = p;
+	return n;
+}
+
+/* The lane of @p connected: it says HELLO. Or it failed, timed out, or is
+ * no longer wanted: destroyed, and (the first two) counted as a failed
+ * attempt. Conductor thread, no lock held. */
+static void build_step(struct vb_node *node, struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_lane *l = p->building;
+	uint8_t role = p->build_role;
+	int rc;
+
+	if (atomic_load(&node->stop) || atomic_load(&p->dead) || atomic_load(&p->closing) ||
+	    atomic_load(&l->dead)) {
+		p->building = NULL;
+		vbi_err(-ECANCELED, "peer '%s': lane set-up abandoned", p->name);
+		build_abandon(p, l);
+		return;
+	}
+	rc = ctx->ops->conn_step(l->conn);
+	if (rc == -EINPROGRESS) {
+		if (vbi_mono_ns() < p->build_deadline_ns)
+			return;
+		rc = vbi_err(-ETIMEDOUT, "connection not set up by its deadline");
+	}
+	p->building = NULL;
+	if (rc) {
+		build_abandon(p, l);
+		build_failed(node, p, rc, role);
+		return;
+	}
+	atomic_store(&l->conn_ready, true);
+	vbi_ctx_kick(ctx);
+	ctx->up->lane_send_hello(l);
+	atomic_store(&l->in_setup, false);
+	p->warm_failures = 0;
+}
+
+static void builds_step(struct vb_node *node)
+{
+	struct vbi_peer *todo[VBI_MAX_PEERS];
+	unsigned n;
+
+	pthread_rwlock_rdlock(&node->lock);
+	n = builds_list(node, todo, VBI_MAX_PEERS);
+	pthread_rwlock_unlock(&node->lock);
+	for (unsigned i = 0; i < n; i++)
+		build_step(node, todo[i]);
+}
+
+static unsigned builds_pollfds(struct vb_node *node, struct pollfd *pfd)
+{
+	const struct vbt_ops *ops = node->ctx->ops;
+	struct vbi_peer *todo[VBI_MAX_PEERS];
+	unsigned n;
+
+	pthread_rwlock_rdlock(&node->lock);
+	n = builds_list(node, todo, VBI_MAX_PEERS);
+	for (unsigned i = 0; i < n; i++)
+		pfd[i] = (struct pollfd){ .fd = ops->conn_fd(todo[i]->building->conn),
+					  .events = POLLIN };
+	pthread_rwlock_unlock(&node->lock);
+	return n;
+}
+
+/* ---- the conductor ---------------------------------------------------------------------------- */
+
+#define MAINT_ROUND_NS 50000000ull
+
+/* The maintenance round (every 50 ms, or when kicked). */
+static void maint_round(struct vb_node *node)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_peer *todo[VBI_MAX_PEERS];
+	unsigned n = 0;
+
+	/* maint_retire below sees every lane marked so far (also those
+	 * another thread destroys itself, or leaves for a later round) */
+	pthread_mutex_lock(&node->maint_lock);
+	node->retiring = 0;
+	pthread_mutex_unlock(&node->maint_lock);
+	ctx->up->node_pending_expire(node);
+	maint_retire(node);
+	vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
+	ctx->up->node_backup_step(node);
+	ctx->up->node_reap(node);
+	/* Peers are freed by vbi_node_reap, on this thread, above: the
+	 * snapshot stays valid until the next round. */
+	pthread_rwlock_rdlock(&node->lock);
+	for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
+		if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
+			todo[n++] = p;
+	pthread_rwlock_unlock(&node->lock);
+	for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
+		maint_peer(node, todo[i]);
+}
+
+/* Wait for something to do: a wake-up, an accept or connection event, the
+ * next round (@round_ns), or what the accept duty asked (@accept_ms).
+ * Returns true when woken or a lane waits for retirement. */
+static bool conductor_wait(struct vb_node *node, uint64_t round_ns, int accept_ms)
+{
+	struct pollfd *pfd = node->maint_pfd;
+	uint64_t now = vbi_mono_ns(), v;
+	int timeout = round_ns > now ? (int)((round_ns - now) / 1000000ull) + 1 : 0;
+	unsigned retiring;
+	nfds_t n = 0;
+
+	pfd[n++] = (struct pollfd){ .fd = node->wake_fd, .events = POLLIN };
+	n += vbi_accept_pollfds(node, pfd + n);
+	n += builds_pollfds(node, pfd + n);
+	pthread_mutex_lock(&node->maint_lock);
+	retiring = node->retiring;
+	pthread_mutex_unlock(&node->maint_lock);
+	if (retiring || accept_ms < timeout)
+		timeout = retiring ? 0 : accept_ms;
+	if (poll(pfd, n, timeout) > 0 && (pfd[0].revents & POLLIN)) {
+		(void)!read(node->wake_fd, &v, sizeof(v));
+		return true;
+	}
+	return retiring != 0;
 }
 
 static void *maint_main(void *arg)
 {
 	struct vb_node *node = arg;
-	struct vb_ctx *ctx = node->ctx;
+	uint64_t round_ns = 0;
+	int accept_ms = 0;
 
 	vbi_lib_thread_enter();
 	while (!atomic_load(&node->stop)) {
-		struct timespec dl;
-		struct vbi_peer *todo[VBI_MAX_PEERS];
-		unsigned n = 0;
+		bool kicked = conductor_wait(node, round_ns, accept_ms);
+		uint64_t now;
 
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += 50000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-		pthread_mutex_lock(&node->maint_lock);
-		if (!node->retiring)
-			pthread_cond_timedwait(&node->maint_cv, &node->maint_lock, &dl);
-		/* maint_retire below sees every lane marked so far (also those
-		 * another thread destroys itself, or leaves for a later round) */
-		node->retiring = 0;
-		pthread_mutex_unlock(&node->maint_lock);
 		if (atomic_load(&node->stop))
 			break;
-		ctx->up->node_pending_expire(node);
-		maint_retire(node);
-		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
-		ctx->up->node_backup_step(node);
-		ctx->up->node_reap(node);
-		/* Peers are freed by vbi_node_reap, on this thread, above: the
-		 * snapshot stays valid until the next round. */
-		pthread_rwlock_rdlock(&node->lock);
-		for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
-			if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
-				todo[n++] = p;
-		pthread_rwlock_unlock(&node->lock);
-		for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
-			maint_peer(node, todo[i]);
+		now = vbi_mono_ns();
+		accept_ms = vbi_accept_duty(node, now);
+		builds_step(node);
+		if (kicked || now >= round_ns) {
+			maint_round(node);
+			round_ns = vbi_mono_ns() + MAINT_ROUND_NS;
+		}
 	}
+	builds_step(node); /* stop: what is being connected is abandoned */
 	return NULL;
 }
 
 int vbi_maint_start(struct vb_node *node)
 {
-	int rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
+	unsigned nfd = 1 + (node->accept ? vbi_accept_maxfds(node) : 0) + VBI_MAX_PEERS;
+	int rc;
 
-	if (!rc)
-		vbi_thread_name(node->maint_thread, "vb-maint");
-	if (rc)
-		return vbi_err(rc, "maintenance thread: %s", strerror(-rc));
+	node->maint_pfd = calloc(nfd, sizeof(*node->maint_pfd));
+	if (!node->maint_pfd)
+		return vbi_err(-ENOMEM, "conductor");
+	node->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (node->wake_fd < 0) {
+		rc = vbi_err(-errno, "conductor eventfd: %s", strerror(errno));
+		goto err;
+	}
+	rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
+	if (rc) {
+		vbi_err(rc, "conductor thread: %s", strerror(-rc));
+		goto err;
+	}
+	vbi_thread_name(node->maint_thread, "vb-maint");
 	node->maint_running = true;
 	return 0;
+err:
+	if (node->wake_fd >= 0)
+		close(node->wake_fd);
+	node->wake_fd = -1;
+	free(node->maint_pfd);
+	node->maint_pfd = NULL;
+	return rc;
 }
 
 void vbi_maint_stop(struct vb_node *node)
@@ -379,4 +544,13 @@ void vbi_maint_stop(struct vb_node *node)
 		vbi_join_progressing(node->ctx, node->maint_thread);
 		node->maint_running = false;
 	}
+}
+
+void vbi_maint_fini(struct vb_node *node)
+{
+	if (node->wake_fd >= 0)
+		close(node->wake_fd);
+	node->wake_fd = -1;
+	free(node->maint_pfd);
+	node->maint_pfd = NULL;
 }

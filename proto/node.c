@@ -266,6 +266,36 @@ void vbi_node_pending_expire(struct vb_node *node)
 	pthread_rwlock_unlock(&node->lock);
 }
 
+int vbi_node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
+{
+	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
+	struct sockaddr_storage ss;
+	int rc;
+
+	if (atomic_load(&dr->removed))
+		return vbi_err(-ENODEV, "%s was removed", dr->name);
+	rc = vbi_make_addr(ip, port, &ss);
+	if (!rc)
+		rc = ctx->ops->listen(dr->dev, types[idx], (struct sockaddr *)&ss,
+				      &node->listener[idx]);
+	if (rc)
+		return rc;
+	atomic_fetch_add(&dr->nlisteners, 1);
+	atomic_store(&node->lport[idx], node->listener[idx]->port);
+	if (idx == 1) {
+		node->sb_listen = ss;
+		if (ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&node->sb_listen)->sin_port =
+				htons(node->listener[1]->port);
+		else
+			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
+				htons(node->listener[1]->port);
+	}
+	return 0;
+}
+
 int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_node **out)
 {
 	struct vb_node *node;
@@ -276,17 +306,13 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 	if (!node)
 		return vbi_err(-ENOMEM, "node");
 	node->ctx = ctx;
-	node->accept_wake = -1;
+	node->wake_fd = -1;
 	snprintf(node->name, sizeof(node->name), "%s", attr->name ? attr->name : "verbus");
 	while (!node->uid)
 		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
 			node->uid = vbi_mono_ns() ^ (uintptr_t)node;
 	pthread_rwlock_init(&node->lock, NULL);
 	pthread_mutex_init(&node->maint_lock, NULL);
-	pthread_cond_init(&node->maint_cv, NULL);
-	rc = vbi_maint_start(node);
-	if (rc)
-		goto err;
 	if (attr->listen_ip) {
 		rc = vbi_node_listen(node, 0, attr->listen_ip, attr->listen_port);
 		if (rc)
@@ -305,10 +331,13 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 			if (rc)
 				goto err;
 		}
-		rc = vbi_node_accept_start(node);
+		rc = vbi_accept_init(node);
 		if (rc)
 			goto err;
 	}
+	rc = vbi_maint_start(node); /* the conductor: accepting, maintenance */
+	if (rc)
+		goto err;
 	pthread_mutex_lock(&ctx->lock);
 	node->next = ctx->nodes;
 	ctx->nodes = node;
@@ -317,8 +346,8 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 	return 0;
 err:
 	vbi_maint_stop(node);
-	vbi_node_accept_stop(node);
-	pthread_cond_destroy(&node->maint_cv);
+	vbi_accept_fini(node);
+	vbi_maint_fini(node);
 	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);
@@ -530,8 +559,8 @@ int vbi_node_destroy(struct vb_node *node)
 		return vbi_err(-EBUSY, "node '%s' still has publishers or subscribers", node->name);
 	}
 	pthread_rwlock_unlock(&node->lock);
-	vbi_maint_stop(node); /* sets stop: the accept agent ends too */
-	vbi_node_accept_stop(node);
+	vbi_maint_stop(node); /* sets stop, joins the conductor */
+	vbi_accept_fini(node);
 
 	pthread_rwlock_wrlock(&node->lock);
 	peers = node->peers;
@@ -578,7 +607,7 @@ int vbi_node_destroy(struct vb_node *node)
 			break;
 		}
 	pthread_mutex_unlock(&ctx->lock);
-	pthread_cond_destroy(&node->maint_cv);
+	vbi_maint_fini(node);
 	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);

@@ -11,8 +11,8 @@
  * Objects and who touches them:
  *   vb_ctx     device, PD, registered pool, one CQ for every QP, the UD
  *              endpoint (FANOUT), the progress engine.
- *   vb_node    listeners and their accept agent (one thread,
- *              accept.c), the maintenance thread, its peers, publishers, subscribers. node->lock
+ *   vb_node    listeners, the conductor thread (engine/maint.c:
+ *              accepting, maintenance), its peers, publishers, subscribers. node->lock
  *              (rwlock) guards the lists; the progress thread takes it
  *              for reading in each per-peer round and per receive.
  *   vbi_peer   one RC connection to another node: recv slots, send
@@ -60,6 +60,7 @@
 #include "core/stream.h"
 #include "core/wire.h"
 #include "core/wire_msg.h"
+#include "engine/accept.h"
 #include "engine/engine.h"
 #include "engine/events.h"
 #include "engine/lane.h"
@@ -296,17 +297,11 @@ void vbi_node_backup_step(struct vb_node *node);
 void vbi_node_reap(struct vb_node *node);
 /* Maintenance thread: drop accepted connections with no HELLO for cm_timeout_ms. */
 void vbi_node_pending_expire(struct vb_node *node);
-/* accept.c. Listener @idx of @node ([0] RC on the primary device, [1] RC
- * on the standby device, [2] UC and [3] UD on the primary device) on
- * @ip:@port (0: any): 0 or a negative errno (set-up thread, before
- * vbi_node_accept_start). */
+/* Listener @idx of @node ([0] RC on the primary device, [1] RC on the
+ * standby device, [2] UC and [3] UD on the primary device) on @ip:@port
+ * (0: any): 0 or a negative errno (node set-up, before the conductor
+ * starts). */
 int vbi_node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port);
-/* Start the accept agent's thread for the node's listeners: 0, -ENOMEM or
- * the thread's errno. */
-int vbi_node_accept_start(struct vb_node *node);
-/* Stop the accept agent (sets node->stop; what it was accepting is
- * destroyed) and close the listeners. Teardown, idempotent. */
-void vbi_node_accept_stop(struct vb_node *node);
 /* sub.c, node->lock held for writing: drop every ORDERED stream from @p. */
 void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
 /* pub_fanout.c: send FANOUT message @m: 0 (the caller's reference to @m is

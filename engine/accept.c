@@ -1,23 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The node's listeners and its accept agent.
+ * The accept duty of the node's conductor (engine/maint.c).
  *
- * One thread per listening node ("vb-accept") takes the connection
- * requests of all four listeners (RC on the primary and the standby
- * device, UC and UD for degraded lanes) and drives every handshake in
- * steps that never block (transport: accept_start, conn_step), so a
- * requester that stops half-way (no RTU) holds up nothing but its own
- * handshake, which is given up after cm_timeout_ms
- * (tests/rxe/accept_stall_test). An accepted connection becomes a lane,
- * pending on the node until its HELLO says which peer it belongs to (a new
- * one, or a standby / replacement for a known one).
+ * The conductor takes the connection requests of all four listeners of a
+ * node (RC on the primary and the standby device, UC and UD for degraded
+ * lanes) and drives every handshake in steps that never block
+ * (transport: accept_start, conn_step), so a requester that stops half-way
+ * (no RTU) holds up nothing but its own handshake, which is given up after
+ * cm_timeout_ms (tests/rxe/accept_stall_test). An accepted connection
+ * becomes a lane, pending on the node until its HELLO says which peer it
+ * belongs to (a new one, or a standby / replacement for a known one).
  *
- * Duty cycle: wait (poll) until a listener or a handshake in progress has
- * an event, the agent is woken (stop), the next handshake deadline, or
- * 500 ms (a removed device is noticed then); take every waiting request;
- * step every handshake in progress; give up those past their deadline.
+ * Each conductor cycle: vbi_accept_pollfds adds the listeners' and the
+ * handshakes' descriptors to its poll(); vbi_accept_duty takes every
+ * waiting request, steps every handshake, gives up those past their
+ * deadline, and closes a removed device's listeners.
  *
- * State: struct accept_agent below is the agent thread's alone. The lanes
+ * State: struct vbi_accept below is the conductor thread's alone. The lanes
  * it sets up carry in_setup until they are handed over (node->pending,
  * under node->lock, or bound to a peer by their HELLO meanwhile).
  */
@@ -34,21 +33,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto/proto.h"
+#include "engine/accept.h"
+#include "engine/lane.h"
+#include "engine/progress.h"
 #include "core/clock.h"
+#include "core/path.h"
 #include "core/err.h"
 #include "core/log.h"
 
-#define ACCEPT_IDLE_MS 500
-
-/* The accept agent's state. Owner: the accept agent thread. */
-struct accept_agent {
+/* The accept duty's state. Owner: the node's conductor thread. */
+struct vbi_accept {
 	struct vb_node *node;
 	struct vbi_lane *ready[4];   /* a lane prepared for listener i's next request */
 	struct vbi_lane **busy;      /* handshakes in progress, oldest first */
 	unsigned char *busy_idx;     /* their listeners */
 	unsigned nbusy, cap;         /* cap: max_pending */
-	struct pollfd *pfd;          /* [wake | 4 listeners | busy] */
+	bool starved[4];             /* no lane could be made for its request */
+	uint64_t starved_ns;         /* when that was last tried */
 };
 
 static struct vbi_devres *listener_dev(struct vb_node *node, unsigned idx)
@@ -56,9 +57,7 @@ static struct vbi_devres *listener_dev(struct vb_node *node, unsigned idx)
 	return &node->ctx->dr[idx == 1 ? 1 : 0];
 }
 
-/* Close listener @idx (the agent thread, or set-up and teardown when it
- * does not run). */
-static void listener_drop(struct vb_node *node, unsigned idx)
+void vbi_listener_drop(struct vb_node *node, unsigned idx)
 {
 	if (!node->listener[idx])
 		return;
@@ -97,7 +96,7 @@ static void pending_cap(struct vb_node *node)
 /* A lane for listener @idx's next request, made ahead (its QP, lean
  * receive slots, registered room for its HELLO): NULL when it cannot be
  * made now (warned; the request waits for a later round). */
-static struct vbi_lane *agent_ready(struct accept_agent *a, unsigned idx)
+static struct vbi_lane *agent_ready(struct vbi_accept *a, unsigned idx)
 {
 	struct vb_node *node = a->node;
 	struct vbi_lane *l = a->ready[idx];
@@ -143,7 +142,7 @@ static void agent_accepted(struct vb_node *node, struct vbi_lane *l)
 }
 
 /* Forget handshake @i (its lane is the caller's now). */
-static void busy_remove(struct accept_agent *a, unsigned i)
+static void busy_remove(struct vbi_accept *a, unsigned i)
 {
 	memmove(&a->busy[i], &a->busy[i + 1], (a->nbusy - i - 1) * sizeof(a->busy[0]));
 	memmove(&a->busy_idx[i], &a->busy_idx[i + 1], a->nbusy - i - 1);
@@ -152,7 +151,7 @@ static void busy_remove(struct accept_agent *a, unsigned i)
 
 /* Give up handshake @i: counted with the connections dropped before their
  * HELLO (vb_stats_t.pending_dropped). */
-static void busy_drop(struct accept_agent *a, unsigned i, const char *why)
+static void busy_drop(struct vbi_accept *a, unsigned i, const char *why)
 {
 	struct vbi_lane *l = a->busy[i];
 
@@ -165,7 +164,7 @@ static void busy_drop(struct accept_agent *a, unsigned i, const char *why)
 
 /* Take every request waiting on listener @idx. Returns false when a lane
  * could not be prepared for one (it waits). */
-static bool agent_take(struct accept_agent *a, unsigned idx)
+static bool agent_take(struct vbi_accept *a, unsigned idx)
 {
 	struct vb_node *node = a->node;
 	struct vb_ctx *ctx = node->ctx;
@@ -197,12 +196,12 @@ static bool agent_take(struct accept_agent *a, unsigned idx)
 }
 
 /* Step every handshake in progress; give up those past cm_timeout_ms.
- * Returns the ms until the next deadline (ACCEPT_IDLE_MS at most). */
-static int agent_step(struct accept_agent *a)
+ * Returns the ms until the next deadline (VBI_ACCEPT_IDLE_MS at most). */
+static int agent_step(struct vbi_accept *a)
 {
 	struct vb_ctx *ctx = a->node->ctx;
 	uint64_t limit = (uint64_t)ctx->attr.cm_timeout_ms * 1000000ull, now = vbi_mono_ns();
-	uint64_t next = (uint64_t)ACCEPT_IDLE_MS * 1000000ull;
+	uint64_t next = (uint64_t)VBI_ACCEPT_IDLE_MS * 1000000ull;
 
 	for (unsigned i = 0; i < a->nbusy;) {
 		struct vbi_lane *l = a->busy[i];
@@ -233,7 +232,7 @@ static int agent_step(struct accept_agent *a)
 
 /* A device removed: its listeners close (their rdma_cm ids pin it), with
  * what was being accepted on them. */
-static void agent_removed(struct accept_agent *a)
+static void agent_removed(struct vbi_accept *a)
 {
 	struct vb_node *node = a->node;
 
@@ -253,152 +252,97 @@ static void agent_removed(struct accept_agent *a)
 		}
 		vbi_info("node '%s': %s listener on %s closed (device removed)", node->name,
 			 vbi_path_mode_name(node->listener[idx]->type), listener_dev(node, idx)->name);
-		listener_drop(node, idx);
+		vbi_listener_drop(node, idx);
 	}
 }
 
-static void agent_wait(struct accept_agent *a, int timeout_ms)
+unsigned vbi_accept_pollfds(struct vb_node *node, struct pollfd *pfd)
 {
-	struct vb_node *node = a->node;
+	struct vbi_accept *a = node->accept;
 	const struct vbt_ops *ops = node->ctx->ops;
-	nfds_t n = 0;
-	uint64_t v;
+	unsigned n = 0;
 
-	a->pfd[n++] = (struct pollfd){ .fd = node->accept_wake, .events = POLLIN };
+	if (!a)
+		return 0;
 	for (unsigned idx = 0; idx < 4; idx++)
-		if (node->listener[idx])
-			a->pfd[n++] = (struct pollfd){ .fd = ops->listener_fd(node->listener[idx]),
-						       .events = POLLIN };
+		if (node->listener[idx] && !a->starved[idx])
+			pfd[n++] = (struct pollfd){ .fd = ops->listener_fd(node->listener[idx]),
+						    .events = POLLIN };
 	for (unsigned i = 0; i < a->nbusy; i++)
-		a->pfd[n++] = (struct pollfd){ .fd = ops->conn_fd(a->busy[i]->conn),
-					       .events = POLLIN };
-	if (poll(a->pfd, n, timeout_ms) > 0 && (a->pfd[0].revents & POLLIN))
-		(void)!read(node->accept_wake, &v, sizeof(v));
+		pfd[n++] = (struct pollfd){ .fd = ops->conn_fd(a->busy[i]->conn), .events = POLLIN };
+	return n;
 }
 
-static void *accept_main(void *arg)
+unsigned vbi_accept_maxfds(const struct vb_node *node)
 {
-	struct accept_agent *a = arg;
-	struct vb_node *node = a->node;
-	int timeout_ms = 0;
+	return 4 + node->ctx->attr.max_pending;
+}
 
-	vbi_lib_thread_enter();
-	while (!atomic_load(&node->stop)) {
-		bool starved = false;
+int vbi_accept_duty(struct vb_node *node, uint64_t now_ns)
+{
+	struct vbi_accept *a = node->accept;
+	int next;
 
-		agent_wait(a, timeout_ms);
-		for (unsigned idx = 0; idx < 4; idx++)
-			if (node->listener[idx] && !agent_take(a, idx))
-				starved = true;
-		timeout_ms = agent_step(a);
-		agent_removed(a);
-		if (starved) { /* its request stays readable: do not spin on it */
-			struct timespec ts = { 0, 100000000 };
-
-			nanosleep(&ts, NULL);
-		}
+	if (!a)
+		return VBI_ACCEPT_IDLE_MS;
+	for (unsigned idx = 0; idx < 4; idx++) {
+		/* a listener whose request got no lane is retried every 100 ms
+		 * (its descriptor stays readable: it is left out of the poll) */
+		if (a->starved[idx] && now_ns - a->starved_ns < 100000000ull)
+			continue;
+		a->starved[idx] = node->listener[idx] && !agent_take(a, idx);
+		if (a->starved[idx])
+			a->starved_ns = now_ns;
 	}
-	for (unsigned i = a->nbusy; i-- > 0;) {
-		struct vbi_lane *l = a->busy[i];
-
-		busy_remove(a, i);
-		vbi_lane_destroy_now(l);
-	}
+	next = agent_step(a);
+	agent_removed(a);
 	for (unsigned idx = 0; idx < 4; idx++)
-		if (a->ready[idx])
-			vbi_lane_destroy_now(a->ready[idx]);
-	return NULL;
+		if (a->starved[idx] && next > 100)
+			next = 100;
+	return next;
 }
 
-/* ---- listening ----------------------------------------------------------------------------- */
-
-int vbi_node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port)
+int vbi_accept_init(struct vb_node *node)
 {
-	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
-	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = listener_dev(node, idx);
-	struct sockaddr_storage ss;
-	int rc;
-
-	if (atomic_load(&dr->removed))
-		return vbi_err(-ENODEV, "%s was removed", dr->name);
-	rc = vbi_make_addr(ip, port, &ss);
-	if (!rc)
-		rc = ctx->ops->listen(dr->dev, types[idx], (struct sockaddr *)&ss,
-				      &node->listener[idx]);
-	if (rc)
-		return rc;
-	atomic_fetch_add(&dr->nlisteners, 1);
-	atomic_store(&node->lport[idx], node->listener[idx]->port);
-	if (idx == 1) {
-		node->sb_listen = ss;
-		if (ss.ss_family == AF_INET)
-			((struct sockaddr_in *)&node->sb_listen)->sin_port =
-				htons(node->listener[1]->port);
-		else
-			((struct sockaddr_in6 *)&node->sb_listen)->sin6_port =
-				htons(node->listener[1]->port);
-	}
-	return 0;
-}
-
-static void agent_free(struct vb_node *node, struct accept_agent *a)
-{
-	if (node->accept_wake >= 0)
-		close(node->accept_wake);
-	node->accept_wake = -1;
-	free(a->pfd);
-	free(a->busy_idx);
-	free(a->busy);
-	free(a);
-}
-
-int vbi_node_accept_start(struct vb_node *node)
-{
-	struct accept_agent *a;
+	struct vbi_accept *a;
 	unsigned cap = node->ctx->attr.max_pending;
-	int rc;
 
 	a = calloc(1, sizeof(*a));
 	if (!a)
-		return vbi_err(-ENOMEM, "accept agent");
+		return vbi_err(-ENOMEM, "accept state");
 	a->node = node;
 	a->cap = cap;
 	a->busy = calloc(cap, sizeof(*a->busy));
 	a->busy_idx = calloc(cap, 1);
-	a->pfd = calloc(1 + 4 + cap, sizeof(*a->pfd));
-	node->accept_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!a->busy || !a->busy_idx || !a->pfd || node->accept_wake < 0) {
-		rc = node->accept_wake < 0 ? vbi_err(-errno, "accept agent eventfd: %s",
-						     strerror(errno))
-					   : vbi_err(-ENOMEM, "accept agent");
-		goto err;
+	if (!a->busy || !a->busy_idx) {
+		free(a->busy_idx);
+		free(a->busy);
+		free(a);
+		return vbi_err(-ENOMEM, "accept state");
 	}
-	rc = -pthread_create(&node->accept_thread, NULL, accept_main, a);
-	if (rc) {
-		vbi_err(rc, "accept thread: %s", strerror(-rc));
-		goto err;
-	}
-	vbi_thread_name(node->accept_thread, "vb-accept");
-	node->accept_agent = a;
+	node->accept = a;
 	return 0;
-err:
-	agent_free(node, a);
-	return rc;
 }
 
-void vbi_node_accept_stop(struct vb_node *node)
+void vbi_accept_fini(struct vb_node *node)
 {
-	struct accept_agent *a = node->accept_agent;
-	uint64_t one = 1;
+	struct vbi_accept *a = node->accept;
 
 	if (a) {
-		atomic_store(&node->stop, true);
-		(void)!write(node->accept_wake, &one, sizeof(one));
-		vbi_join_progressing(node->ctx, node->accept_thread);
-		agent_free(node, a);
-		node->accept_agent = NULL;
+		for (unsigned i = a->nbusy; i-- > 0;) {
+			struct vbi_lane *l = a->busy[i];
+
+			busy_remove(a, i);
+			vbi_lane_destroy_now(l);
+		}
+		for (unsigned idx = 0; idx < 4; idx++)
+			if (a->ready[idx])
+				vbi_lane_destroy_now(a->ready[idx]);
+		free(a->busy_idx);
+		free(a->busy);
+		free(a);
+		node->accept = NULL;
 	}
 	for (unsigned i = 0; i < 4; i++)
-		listener_drop(node, i);
+		vbi_listener_drop(node, i);
 }
