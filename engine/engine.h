@@ -226,6 +226,8 @@ struct vbi_peer {
 	 * (conductor thread only) */
 	struct vbi_lane *building;
 	uint8_t build_role;
+	bool build_failed;       /* its primary lane's connection failed: the
+				  * lane is gone (vbi_maint_connect) */
 	uint64_t build_deadline_ns;
 	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
 	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
@@ -294,6 +296,8 @@ struct vb_node {
 	atomic_ushort lport[4];    /* their ports, 0 once closed (HELLO reads them) */
 	struct vbi_accept *accept; /* the conductor's accept duty (accept.c;
 				    * NULL: not listening) */
+	struct vbi_switch *switches; /* switches to a backup node in progress
+				      * (proto/node.c; conductor thread) */
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */

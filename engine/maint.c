@@ -14,9 +14,9 @@
  *     replacement lane after a failure, probes RC while degraded, and
  *     gives up a peer that cannot be reached (the recovery timeout, or the
  *     dead-peer evidence rule: docs/recovery.md).
- * What still blocks it: a lane's drain, an RCU grace period, the QP
- * pool's refill, and the switch to a backup node (vbi_node_backup_step,
- * which connects with the blocking vbi_node_connect_addr).
+ * What still blocks it: a lane's drain, an RCU grace period and the QP
+ * pool's refill. The switch to a backup node (vbi_node_backup_step)
+ * connects its new peers through vbi_maint_connect, in steps too.
  *
  * Threads: only this thread builds lanes for the connecting side and
  * frees lanes and peers (besides node destruction, after it is joined);
@@ -372,28 +372,48 @@ static void build_step(struct vb_node *node, struct vbi_peer *p)
 
 	if (atomic_load(&node->stop) || atomic_load(&p->dead) || atomic_load(&p->closing) ||
 	    atomic_load(&l->dead)) {
-		p->building = NULL;
-		vbi_err(-ECANCELED, "peer '%s': lane set-up abandoned", p->name);
-		build_abandon(p, l);
-		return;
-	}
-	rc = ctx->ops->conn_step(l->conn);
-	if (rc == -EINPROGRESS) {
-		if (vbi_mono_ns() < p->build_deadline_ns)
-			return;
-		rc = vbi_err(-ETIMEDOUT, "connection not set up by its deadline");
+		rc = vbi_err(-ECANCELED, "peer '%s': lane set-up abandoned", p->name);
+	} else {
+		rc = ctx->ops->conn_step(l->conn);
+		if (rc == -EINPROGRESS) {
+			if (vbi_mono_ns() < p->build_deadline_ns)
+				return;
+			rc = vbi_err(-ETIMEDOUT, "connection not set up by its deadline");
+		}
 	}
 	p->building = NULL;
 	if (rc) {
 		build_abandon(p, l);
-		build_failed(node, p, rc, role);
+		if (role == VBI_LANE_PRIMARY) { /* a new peer's: it is dead */
+			pthread_mutex_lock(&p->txlock);
+			p->dead = true;
+			pthread_mutex_unlock(&p->txlock);
+			p->build_failed = true;
+		} else if (rc != -ECANCELED) {
+			build_failed(node, p, rc, role);
+		}
 		return;
 	}
 	atomic_store(&l->conn_ready, true);
 	vbi_ctx_kick(ctx);
 	ctx->up->lane_send_hello(l);
-	atomic_store(&l->in_setup, false);
+	if (role != VBI_LANE_PRIMARY)
+		atomic_store(&l->in_setup, false);
 	p->warm_failures = 0;
+}
+
+int vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = node->ctx;
+	int rc = ctx->ops->connect_start(l->dr->dev, l->qp, (const struct sockaddr *)&p->addr,
+					 &ctx->cp, &l->conn);
+
+	if (rc != -EINPROGRESS)
+		return rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take");
+	p->building = l;
+	p->build_role = VBI_LANE_PRIMARY;
+	p->build_deadline_ns = vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
+	return 0;
 }
 
 static void builds_step(struct vb_node *node)

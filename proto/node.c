@@ -374,6 +374,88 @@ static const char *addr_str(const struct sockaddr_storage *ss, char *buf, size_t
 	return buf;
 }
 
+/* A connecting peer for @addr (@alt, may be NULL: where to go when it is
+ * given up later, vb_node_connect_backup) with its primary lane, bound
+ * and in_setup (ours until the handshake is done), linked on the node
+ * before the connection completes (its HELLO may come first). 0 or a
+ * negative errno (nothing made). */
+static int connect_prepare(struct vb_node *node, const struct sockaddr_storage *addr,
+			   const struct sockaddr_storage *alt, struct vbi_peer **pp,
+			   struct vbi_lane **lp)
+{
+	struct vb_ctx *ctx = node->ctx;
+	struct vbi_peer *p;
+	struct vbi_lane *l = NULL;
+	int rc;
+
+	p = vbi_peer_alloc(node);
+	if (!p)
+		return -ENOMEM;
+	p->connector = true;
+	vbi_peer_allow_degrade(p); /* we build its lanes: we may degrade them */
+	p->addr = *addr;
+	if (alt)
+		p->alt_addr = *alt;
+	if (!vbi_ctx_take_peer(ctx)) {
+		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
+		goto err_peer;
+	}
+	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, false, &l)))
+		goto err_count;
+	atomic_store(&l->in_setup, true);
+	pthread_mutex_lock(&p->txlock);
+	l->id = p->next_lane_id++;
+	l->role = VBI_LANE_PRIMARY;
+	vbi_lane_bind(l, p);
+	pthread_mutex_unlock(&p->txlock);
+	pthread_rwlock_wrlock(&node->lock);
+	p->next = node->peers;
+	node->peers = p;
+	pthread_rwlock_unlock(&node->lock);
+	*pp = p;
+	*lp = l;
+	return 0;
+err_count:
+	vbi_ctx_put_peer(ctx);
+err_peer:
+	vbi_peer_free(p);
+	return rc;
+}
+
+/* A connection that did not complete: the peer object stays on the node
+ * (dead) until the conductor reaps it (vbi_node_reap, after an RCU grace
+ * period: the progress thread may still hold it); its lane is destroyed
+ * now. The error message is kept. */
+static void connect_give_up(struct vbi_peer *p, struct vbi_lane *l)
+{
+	char msg[VBI_ERRMSG_MAX];
+
+	pthread_mutex_lock(&p->txlock);
+	p->dead = true;
+	pthread_mutex_unlock(&p->txlock);
+	snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
+	if (l)
+		vbi_lane_destroy_now(l);
+	vbi_err(-EIO, "%s", msg);
+}
+
+/* The handshake of @p (lane @l, connected, HELLO sent) failed: why, as
+ * vb_node_connect reports it. */
+static int connect_refusal(struct vbi_peer *p, struct vbi_lane *l, const char *where)
+{
+	char why[sizeof(p->refused)];
+
+	pthread_mutex_lock(&p->txlock);
+	snprintf(why, sizeof(why), "%s", p->refused);
+	pthread_mutex_unlock(&p->txlock);
+	if (vbi_hello_auth_refusal(l))
+		return vbi_err(-ECONNREFUSED, "connection to %s refused: authentication: %s", where,
+			       vbi_hello_auth_refusal(l));
+	if (why[0])
+		return vbi_err(-ECONNREFUSED, "connection to %s refused: %s", where, why);
+	return vbi_err(-ECONNRESET, "connection to %s failed during handshake", where);
+}
+
 /* Connect to @addr and wait for the handshake; @alt (may be NULL): where to
  * go when this peer is given up later (vb_node_connect_backup). */
 int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *addr,
@@ -390,31 +472,8 @@ int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *a
 	if (vbi_in_callback(ctx))
 		return vbi_err(-EDEADLK, "connect to %s from a callback: the handshake is "
 			       "completed by this very thread; connect from another thread", where);
-	p = vbi_peer_alloc(node);
-	if (!p)
-		return vbi_err_prefix(-ENOMEM, "connect to %s", where);
-	p->connector = true;
-	vbi_peer_allow_degrade(p); /* we build its lanes: we may degrade them */
-	p->addr = *addr;
-	if (alt)
-		p->alt_addr = *alt;
-	if (!vbi_ctx_take_peer(ctx)) {
-		rc = vbi_err(-ENOSPC, "max_peers (%u) reached", ctx->attr.max_peers);
-		goto err_peer;
-	}
-	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, false, &l)))
-		goto err_count;
-	atomic_store(&l->in_setup, true); /* ours until the handshake is done */
-	pthread_mutex_lock(&p->txlock);
-	l->id = p->next_lane_id++;
-	l->role = VBI_LANE_PRIMARY;
-	vbi_lane_bind(l, p);
-	pthread_mutex_unlock(&p->txlock);
-	/* linked before the connection completes: its HELLO may come first */
-	pthread_rwlock_wrlock(&node->lock);
-	p->next = node->peers;
-	node->peers = p;
-	pthread_rwlock_unlock(&node->lock);
+	if ((rc = connect_prepare(node, addr, alt, &p, &l)))
+		return vbi_err_prefix(rc, "connect to %s", where);
 	rc = ctx->ops->connect(l->dr->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
 	if (rc) {
 		vbi_err_prefix(rc, "connect to %s", where);
@@ -426,19 +485,7 @@ int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *a
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
 		if (atomic_load(&l->dead) || p->dead) {
-			char why[sizeof(p->refused)];
-
-			pthread_mutex_lock(&p->txlock);
-			snprintf(why, sizeof(why), "%s", p->refused);
-			pthread_mutex_unlock(&p->txlock);
-			if (vbi_hello_auth_refusal(l))
-				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: authentication: %s",
-					     where, vbi_hello_auth_refusal(l));
-			else if (why[0])
-				rc = vbi_err(-ECONNREFUSED, "connection to %s refused: %s", where, why);
-			else
-				rc = vbi_err(-ECONNRESET, "connection to %s failed during handshake",
-					     where);
+			rc = connect_refusal(p, l, where);
 			goto err_linked;
 		}
 		if (now_ms() - t0 > (uint64_t)ctx->attr.cm_timeout_ms) {
@@ -451,25 +498,8 @@ int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *a
 	atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
 	return 0;
 err_linked:
-	/* The peer object stays on the node (dead) until the maintenance
-	 * thread reaps it (vbi_node_reap, after an RCU grace period): the
-	 * progress thread may still hold it. Its lane is retired now. */
-	pthread_mutex_lock(&p->txlock);
-	p->dead = true;
-	pthread_mutex_unlock(&p->txlock);
-	{
-		char msg[VBI_ERRMSG_MAX];
-
-		snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
-		vbi_lane_destroy_now(l);
-		vbi_err(rc, "%s", msg);
-	}
+	connect_give_up(p, l);
 	return rc;
-err_count:
-	vbi_ctx_put_peer(ctx);
-err_peer:
-	vbi_peer_free(p);
-	return vbi_err_prefix(rc, "connect to %s", where);
 }
 
 int vbi_node_connect_backup(struct vb_node *node, const struct sockaddr_storage *a,
@@ -494,55 +524,134 @@ int vbi_node_connect_backup(struct vb_node *node, const struct sockaddr_storage 
 }
 
 /*
- * Maintenance thread: peers given up that have an alternative
+ * The conductor: peers given up that have an alternative
  * (vb_node_connect_backup) are replaced by a connection to it, then, while
  * that fails, to the original again, up to VBI_BACKUP_TRIES attempts 250 ms
  * apart; their subscriptions follow (SUBs go with every new connection).
+ * Each attempt is a new peer whose primary lane the conductor connects in
+ * steps (vbi_maint_connect), so a switch blocks nothing meanwhile; the
+ * switch itself (struct vbi_switch, node->switches) is the conductor's.
  */
 #define VBI_BACKUP_TRIES 8
-void vbi_node_backup_step(struct vb_node *node)
+#define VBI_BACKUP_PAUSE_NS 250000000ull
+
+struct vbi_switch {
+	struct vbi_switch *next;
+	char name[VBI_NAME_MAX];               /* the peer given up */
+	char was[INET6_ADDRSTRLEN + 8];        /* its address */
+	struct sockaddr_storage to, back;      /* this attempt's address, the other */
+	unsigned attempts;                     /* made so far */
+	uint64_t t0_ns, next_ns, deadline_ns;
+	struct vbi_peer *q;                    /* this attempt's peer (on node->peers) */
+	struct vbi_lane *l;                    /* its primary lane (in_setup) */
+};
+
+static void switch_start(struct vb_node *node, struct vbi_switch *w, uint64_t now)
 {
 	struct vb_ctx *ctx = node->ctx;
-	struct vbi_peer *todo[8];
-	unsigned n = 0;
+	int rc = connect_prepare(node, &w->to, &w->back, &w->q, &w->l);
 
+	if (!rc && (rc = vbi_maint_connect(node, w->q, w->l))) {
+		connect_give_up(w->q, w->l);
+		w->l = NULL;
+	}
+	if (rc) {
+		w->q = NULL;
+		return;
+	}
+	/* the connection's own bound, then the HELLO's */
+	w->deadline_ns = now + 4ull * ctx->attr.cm_timeout_ms * 1000000ull;
+}
+
+/* One step of switch @w: true when it is over (connected, or out of
+ * attempts). */
+static bool switch_step(struct vb_node *node, struct vbi_switch *w, uint64_t now)
+{
+	struct vb_ctx *ctx = node->ctx;
+	char at[INET6_ADDRSTRLEN + 8];
+
+	if (!w->q) {
+		if (now < w->next_ns)
+			return false;
+		switch_start(node, w, now);
+		if (!w->q)
+			goto failed;
+	}
+	if (w->q->building)
+		return false; /* still connecting (bounded by vbi_maint_connect) */
+	if (w->q->build_failed) {
+		w->l = NULL; /* destroyed with its connection */
+		goto failed;
+	}
+	if (atomic_load(&w->q->up)) {
+		atomic_store(&w->l->in_setup, false); /* the last touch: retire may take it */
+		atomic_fetch_add(&ctx->st.peer_switches, 1);
+		vbi_event(ctx, VB_EV_PEER_SWITCHED, w->name,
+			  "%s given up: connected to %s instead after %.3f ms", w->was,
+			  addr_str(&w->to, at, sizeof(at)), (double)(now - w->t0_ns) / 1e6);
+		return true;
+	}
+	if (!atomic_load(&w->l->dead) && !w->q->dead && now <= w->deadline_ns)
+		return false;
+	if (now > w->deadline_ns)
+		vbi_err(-ETIMEDOUT, "no HELLO from %s in time", addr_str(&w->to, at, sizeof(at)));
+	else
+		connect_refusal(w->q, w->l, addr_str(&w->to, at, sizeof(at)));
+	connect_give_up(w->q, w->l);
+failed:
+	vbi_warn("'%s' given up; %s not reachable (attempt %u): %s", w->name,
+		 addr_str(&w->to, at, sizeof(at)), w->attempts + 1, vbi_errmsg());
+	w->q = NULL;
+	w->l = NULL;
+	{
+		struct sockaddr_storage t = w->to;
+
+		w->to = w->back;
+		w->back = t;
+	}
+	w->next_ns = now + VBI_BACKUP_PAUSE_NS;
+	if (++w->attempts < VBI_BACKUP_TRIES)
+		return false;
+	vbi_event(ctx, VB_EV_PATH_DOWN, w->name,
+		  "%s given up and neither it nor its alternative could be reached in %u "
+		  "attempts", w->was, VBI_BACKUP_TRIES);
+	return true;
+}
+
+void vbi_node_backup_step(struct vb_node *node)
+{
+	uint64_t now = vbi_mono_ns();
+
+	if (atomic_load(&node->stop))
+		return;
 	pthread_rwlock_rdlock(&node->lock);
-	for (struct vbi_peer *p = node->peers; p && n < 8; p = p->next)
-		if (atomic_load(&p->alt_pending) && atomic_exchange(&p->alt_pending, false))
-			todo[n++] = p;
-	pthread_rwlock_unlock(&node->lock);
-	for (unsigned i = 0; i < n; i++) {
-		/* peers are freed by vbi_node_reap, on this same thread */
-		struct vbi_peer *p = todo[i];
-		const struct sockaddr_storage *to = &p->alt_addr, *back = &p->addr;
-		char was[INET6_ADDRSTRLEN + 8], now[INET6_ADDRSTRLEN + 8];
-		uint64_t t0 = vbi_mono_ns();
-		int rc = -1;
+	for (struct vbi_peer *p = node->peers; p; p = p->next) {
+		struct vbi_switch *w;
 
-		addr_str(&p->addr, was, sizeof(was));
-		for (unsigned k = 0; k < VBI_BACKUP_TRIES && !atomic_load(&node->stop); k++) {
-			if ((rc = vbi_node_connect_addr(node, to, back)) == 0)
-				break;
-			vbi_warn("'%s' given up; %s not reachable (attempt %u): %s", p->name,
-				 addr_str(to, now, sizeof(now)), k + 1, vbi_errmsg());
-			{
-				const struct sockaddr_storage *t = to;
-
-				to = back;
-				back = t;
-			}
-			usleep(250000);
+		if (!atomic_load(&p->alt_pending) || !atomic_exchange(&p->alt_pending, false))
+			continue;
+		w = calloc(1, sizeof(*w));
+		if (!w) {
+			vbi_warn("'%s' given up: no memory to switch to its backup", p->name);
+			continue;
 		}
-		addr_str(to, now, sizeof(now));
-		if (!rc) {
-			atomic_fetch_add(&ctx->st.peer_switches, 1);
-			vbi_event(ctx, VB_EV_PEER_SWITCHED, p->name,
-				  "%s given up: connected to %s instead after %.3f ms", was, now,
-				  (double)(vbi_mono_ns() - t0) / 1e6);
-		} else if (!atomic_load(&node->stop)) {
-			vbi_event(ctx, VB_EV_PATH_DOWN, p->name,
-				  "%s given up and neither it nor its alternative could be "
-				  "reached in %u attempts", was, VBI_BACKUP_TRIES);
+		snprintf(w->name, sizeof(w->name), "%s", p->name);
+		addr_str(&p->addr, w->was, sizeof(w->was));
+		w->to = p->alt_addr;
+		w->back = p->addr;
+		w->t0_ns = w->next_ns = now;
+		w->next = node->switches;
+		node->switches = w;
+	}
+	pthread_rwlock_unlock(&node->lock);
+	for (struct vbi_switch **q = &node->switches; *q;) {
+		struct vbi_switch *w = *q;
+
+		if (switch_step(node, w, vbi_mono_ns())) {
+			*q = w->next;
+			free(w);
+		} else {
+			q = &w->next;
 		}
 	}
 }
@@ -607,6 +716,12 @@ int vbi_node_destroy(struct vb_node *node)
 			break;
 		}
 	pthread_mutex_unlock(&ctx->lock);
+	while (node->switches) { /* their peers went with the others */
+		struct vbi_switch *w = node->switches;
+
+		node->switches = w->next;
+		free(w);
+	}
 	vbi_maint_fini(node);
 	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);

@@ -488,7 +488,7 @@ VB_EXPORT int vb_node_connect(vb_node_t *node, const char *ip, uint16_t port);
  * backup: typically two publisher processes of the same topics. Connects
  * to the primary, or, when it cannot be reached, to the backup. When the
  * connected one is later given up (closed, or no connection to it could be
- * rebuilt: VB_EV_PEER_DOWN), the node's maintenance thread connects to the
+ * rebuilt: VB_EV_PEER_DOWN), the node's conductor thread connects to the
  * other one (then back, up to 8 attempts 250 ms apart) and reports
  * VB_EV_PEER_SWITCHED; subscriptions follow the new connection. The backup
  * is another publisher: its ORDERED streams are new sessions (vb_msg_t
