@@ -11,8 +11,9 @@
  * message counts over intervals this test controls.
  * Two cases, by the publisher's vb_pub_attr_t.slow_policy:
  *  VB_SLOW_CUT (slow_sub_ms SLOW_SUB_MS):
- *  - the two healthy subscribers keep >= 90% of their earlier rate during
- *    the stall and receive every message exactly once, in order, intact;
+ *  - the publisher is never held back, and the two healthy subscribers
+ *    get >= 90% of what is published during the stall, as it is
+ *    published, and receive every message exactly once, in order, intact;
  *  - the stalled one is cut: the publisher reports VB_EV_SLOW_SUBSCRIBER
  *    once (naming it and the topic) and counts it (slow_cuts); back-
  *    pressure lasts no longer than slow_sub_ms + 1 s;
@@ -288,9 +289,13 @@ static uint64_t got(int k)
 }
 
 /* Healthy subscribers' deliveries over the next @ms (counts at both ends). */
-static void measure(unsigned ms, double rate_out[NSUB])
+/* Each subscriber's delivery rate over @ms, and the publisher's (@pub:
+ * what it published in the same window). */
+static void measure(unsigned ms, double rate_out[NSUB], const uint64_t *published,
+		    double *pub_rate)
 {
-	uint64_t c0[NSUB], t0 = vbt_now_ms(), t1;
+	uint64_t c0[NSUB], p0 = __atomic_load_n(published, __ATOMIC_ACQUIRE);
+	uint64_t t0 = vbt_now_ms(), t1;
 
 	for (int k = 0; k < NSUB; k++)
 		c0[k] = got(k);
@@ -298,6 +303,8 @@ static void measure(unsigned ms, double rate_out[NSUB])
 	t1 = vbt_now_ms();
 	for (int k = 0; k < NSUB; k++)
 		rate_out[k] = (double)(got(k) - c0[k]) * 1000.0 / (double)(t1 - t0);
+	*pub_rate = (double)(__atomic_load_n(published, __ATOMIC_ACQUIRE) - p0) * 1000.0 /
+		    (double)(t1 - t0);
 }
 
 static void run_case(const char *label, vb_slow_policy_t policy)
@@ -311,7 +318,7 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 	vb_node_t *node;
 	struct pubrun pr = { 0 };
 	pthread_t th;
-	double before[NSUB], during[NSUB];
+	double before[NSUB], during[NSUB], pub_before, pub_during;
 	uint64_t t0, n;
 	uint16_t port;
 	int ok = 1;
@@ -347,15 +354,15 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 
 	assert_int_equal(pthread_create(&th, NULL, publisher, &pr), 0);
 	usleep(WARM_MS * 1000);
-	measure(BASE_MS, before);
-	printf("%s: before the stall: %.0f / %.0f / %.0f msg/s\n", label, before[0], before[1],
-	       before[2]);
+	measure(BASE_MS, before, &pr.published, &pub_before);
+	printf("%s: before the stall: %.0f / %.0f / %.0f msg/s (published %.0f msg/s)\n", label,
+	       before[0], before[1], before[2], pub_before);
 	assert_int_equal(kill(child[STALLED], SIGSTOP), 0);
-	measure(STALL_MS, during);
+	measure(STALL_MS, during, &pr.published, &pub_during);
 	assert_int_equal(kill(child[STALLED], SIGCONT), 0);
-	printf("%s: during the %d ms stall of sub%d: %.0f / %.0f / %.0f msg/s (%" PRIu64
+	printf("%s: during the %d ms stall of sub%d: %.0f / %.0f / %.0f msg/s (published %.0f; %" PRIu64
 	       " -EAGAIN, longest back-pressure %" PRIu64 " ms)\n", label, STALL_MS, STALLED,
-	       during[0], during[1], during[2], pr.eagain, pr.eagain_max_ms);
+	       during[0], during[1], during[2], pub_during, pr.eagain, pr.eagain_max_ms);
 	usleep(TAIL_MS * 1000);
 	__atomic_store_n(&pr.stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
@@ -397,14 +404,23 @@ static void run_case(const char *label, vb_slow_policy_t policy)
 			ok = 0;                                                                \
 		}                                                                              \
 	} while (0)
+	/* CUT: and the publisher was never held back (the stalled one is cut
+	 * before its window fills) */
+	if (cut)
+		CHECK(pr.eagain == 0, "the publisher was held back %" PRIu64 " times (longest %"
+		      PRIu64 " ms)", pr.eagain, pr.eagain_max_ms);
 	for (int k = 0; k < NSUB; k++) {
 		const struct subsh *ss = &sh->sub[k];
 
 		if (k == STALLED)
 			continue;
+		/* CUT: the healthy ones keep up with what is published meanwhile
+		 * (the publisher's own pace in the TCG guest varies, so the
+		 * earlier window is no yardstick) */
 		if (cut)
-			CHECK(during[k] >= 0.9 * before[k], "sub%d kept %.0f%% of its rate during "
-			      "the stall (>= 90%% required)", k, 100.0 * during[k] / before[k]);
+			CHECK(during[k] >= 0.9 * pub_during, "sub%d got %.0f%% of what was "
+			      "published during the stall (%.0f msg/s; >= 90%% required)", k,
+			      100.0 * during[k] / pub_during, pub_during);
 		else
 			CHECK(during[k] < 0.8 * before[k], "BLOCK: sub%d kept %.0f%% of its rate "
 			      "during the stall: the full window should have held it back", k,
