@@ -724,6 +724,8 @@ int vbv_accept(struct vbt_listener *lc, struct vbt_qp *qp, const struct vbt_conn
 	}
 	if (rc != -EINPROGRESS)
 		return rc;
+	if (!*out)
+		return vbi_err(-EIO, "accept: in progress without a connection");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = conn_finish(container_of(*out, struct vbv_conn, core), p, &t0, accept_step_ms);
 	if (rc)
@@ -756,6 +758,8 @@ int vbv_connect(struct vbt_dev *dev, struct vbt_qp *qp, const struct sockaddr *d
 	rc = vbv_connect_start(dev, qp, dst, p, out);
 	if (rc != -EINPROGRESS)
 		return rc;
+	if (!*out)
+		return vbi_err(-EIO, "connect: in progress without a connection");
 	rc = conn_finish(container_of(*out, struct vbv_conn, core), p, &t0, step_ms);
 	if (rc)
 		*out = NULL;
