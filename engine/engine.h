@@ -26,6 +26,7 @@
 
 #include <verbus/verbus.h>
 
+#include "core/err.h"
 #include "core/errpolicy.h"
 #include "core/mempool.h"
 #include "core/path.h"
@@ -99,6 +100,15 @@ enum vbi_lane_role {
 	VBI_LANE_REPLACE = 2,    /* built after a failure with no standby left */
 	VBI_LANE_PROBE = 3,      /* degraded path: an RC lane probing whether RC works
 				  * again; promoted to active when the policy says so */
+};
+
+/* A new peer's primary lane being connected by the conductor (vbi_peer.setup). */
+enum vbi_setup {
+	VBI_SETUP_NONE = 0,       /* not the conductor's (connected on its own thread) */
+	VBI_SETUP_QUEUED,         /* handed to the conductor (node->connects) */
+	VBI_SETUP_CONNECTING,     /* the conductor is connecting it */
+	VBI_SETUP_CONNECTED,      /* its HELLO went: the lane is the handing thread's again */
+	VBI_SETUP_FAILED,         /* the lane is gone, the peer dead (setup_rc, setup_err) */
 };
 
 /*
@@ -226,9 +236,17 @@ struct vbi_peer {
 	 * (conductor thread only) */
 	struct vbi_lane *building;
 	uint8_t build_role;
-	bool build_failed;       /* its primary lane's connection failed: the
-				  * lane is gone (vbi_maint_connect) */
 	uint64_t build_deadline_ns;
+	/* a new peer's primary lane, connected by the conductor
+	 * (vbi_maint_connect, vbi_maint_connect_queue): where it stands
+	 * (enum vbi_setup, release/acquire), and once VBI_SETUP_FAILED the
+	 * error (written before the state). setup_lane and connect_next: the
+	 * hand-off queue (node->connects, maint_lock). */
+	atomic_int setup;
+	int setup_rc;
+	char setup_err[VBI_ERRMSG_MAX];
+	struct vbi_lane *setup_lane;
+	struct vbi_peer *connect_next;
 	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
 	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
 	struct vbi_lane *probe;  /* connector, degraded: the RC probe lane (txlock) */
@@ -298,6 +316,8 @@ struct vb_node {
 				    * NULL: not listening) */
 	struct vbi_switch *switches; /* switches to a backup node in progress
 				      * (proto/node.c; conductor thread) */
+	struct vbi_peer *connects; /* new peers whose primary lane the
+				    * conductor is to connect (maint_lock) */
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */

@@ -88,11 +88,14 @@ void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_fini(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
 /* Conductor thread: connect @p's primary lane @l (bound, in_setup) to
- * p->addr in steps, within 3 x cm_timeout_ms. Connected: its HELLO goes and
- * in_setup stays (the caller's until the peer is up). Failed: @l is
- * destroyed, @p marked dead and build_failed. 0 (started), or a negative
- * errno (nothing started: @l is still the caller's). */
-int vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l);
+ * p->addr in steps, within 3 x cm_timeout_ms. p->setup says how it went:
+ * VBI_SETUP_CONNECTED (its HELLO went; in_setup stays: the lane is the
+ * caller's until the peer is up) or VBI_SETUP_FAILED (@l destroyed, @p
+ * dead). Marking @p dead meanwhile abandons it (FAILED, -ECANCELED). */
+void vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l);
+/* Any thread: hand @p's primary lane @l to the node's conductor, which
+ * connects it as vbi_maint_connect does. */
+void vbi_maint_connect_queue(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l);
 /* How long a replaced standby waits for a LANE frame (vbi_lane.replaced_ns). */
 #define VBI_REPLACED_KEEP_NS 1000000000ull
 

@@ -138,6 +138,20 @@ static void build_abandon(struct vbi_peer *p, struct vbi_lane *l)
 	vbi_err(-EIO, "%s", msg);
 }
 
+/* A new peer's primary lane could not be connected (@rc, the message in
+ * vbi_errmsg()): destroyed, the peer dead, the error kept for the thread
+ * that waits (p->setup). Conductor thread. */
+static void primary_failed(struct vbi_peer *p, struct vbi_lane *l, int rc)
+{
+	snprintf(p->setup_err, sizeof(p->setup_err), "%s", vbi_errmsg());
+	p->setup_rc = rc < 0 ? rc : -EIO;
+	build_abandon(p, l);
+	pthread_mutex_lock(&p->txlock);
+	p->dead = true;
+	pthread_mutex_unlock(&p->txlock);
+	atomic_store_explicit(&p->setup, VBI_SETUP_FAILED, memory_order_release);
+}
+
 /* Connector: start building a lane of @role and @mode to @p (p->building,
  * stepped by build_step). Degraded (UC/UD) lanes go to the peer's UC/UD
  * listener on its primary address, from our primary device. A
@@ -383,37 +397,72 @@ static void build_step(struct vb_node *node, struct vbi_peer *p)
 	}
 	p->building = NULL;
 	if (rc) {
-		build_abandon(p, l);
-		if (role == VBI_LANE_PRIMARY) { /* a new peer's: it is dead */
-			pthread_mutex_lock(&p->txlock);
-			p->dead = true;
-			pthread_mutex_unlock(&p->txlock);
-			p->build_failed = true;
-		} else if (rc != -ECANCELED) {
+		if (role == VBI_LANE_PRIMARY)
+			primary_failed(p, l, rc);
+		else
+			build_abandon(p, l);
+		if (role != VBI_LANE_PRIMARY && rc != -ECANCELED)
 			build_failed(node, p, rc, role);
-		}
 		return;
 	}
 	atomic_store(&l->conn_ready, true);
 	vbi_ctx_kick(ctx);
 	ctx->up->lane_send_hello(l);
-	if (role != VBI_LANE_PRIMARY)
+	if (role == VBI_LANE_PRIMARY)
+		atomic_store_explicit(&p->setup, VBI_SETUP_CONNECTED, memory_order_release);
+	else
 		atomic_store(&l->in_setup, false);
 	p->warm_failures = 0;
 }
 
-int vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
+void vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = node->ctx;
-	int rc = ctx->ops->connect_start(l->dr->dev, l->qp, (const struct sockaddr *)&p->addr,
-					 &ctx->cp, &l->conn);
+	int rc;
 
-	if (rc != -EINPROGRESS)
-		return rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take");
+	atomic_store(&p->setup, VBI_SETUP_CONNECTING);
+	if (atomic_load(&p->dead) || atomic_load(&node->stop)) {
+		primary_failed(p, l, vbi_err(-ECANCELED, "connection abandoned"));
+		return;
+	}
+	rc = ctx->ops->connect_start(l->dr->dev, l->qp, (const struct sockaddr *)&p->addr,
+				     &ctx->cp, &l->conn);
+	if (rc != -EINPROGRESS) {
+		primary_failed(p, l, rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take"));
+		return;
+	}
 	p->building = l;
 	p->build_role = VBI_LANE_PRIMARY;
 	p->build_deadline_ns = vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
-	return 0;
+}
+
+void vbi_maint_connect_queue(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
+{
+	p->setup_lane = l;
+	atomic_store(&p->setup, VBI_SETUP_QUEUED);
+	pthread_mutex_lock(&node->maint_lock);
+	p->connect_next = node->connects;
+	node->connects = p;
+	pthread_mutex_unlock(&node->maint_lock);
+	vbi_maint_kick(node);
+}
+
+/* Start connecting what other threads handed over. */
+static void connects_take(struct vb_node *node)
+{
+	struct vbi_peer *p;
+
+	pthread_mutex_lock(&node->maint_lock);
+	p = node->connects;
+	node->connects = NULL;
+	pthread_mutex_unlock(&node->maint_lock);
+	while (p) {
+		struct vbi_peer *next = p->connect_next;
+
+		p->connect_next = NULL;
+		vbi_maint_connect(node, p, p->setup_lane);
+		p = next;
+	}
 }
 
 static void builds_step(struct vb_node *node)
@@ -516,13 +565,15 @@ static void *maint_main(void *arg)
 			break;
 		now = vbi_mono_ns();
 		accept_ms = vbi_accept_duty(node, now);
+		connects_take(node);
 		builds_step(node);
 		if (kicked || now >= round_ns) {
 			maint_round(node);
 			round_ns = vbi_mono_ns() + MAINT_ROUND_NS;
 		}
 	}
-	builds_step(node); /* stop: what is being connected is abandoned */
+	connects_take(node); /* stop: what is being connected is abandoned */
+	builds_step(node);
 	return NULL;
 }
 

@@ -456,6 +456,42 @@ static int connect_refusal(struct vbi_peer *p, struct vbi_lane *l, const char *w
 	return vbi_err(-ECONNRESET, "connection to %s failed during handshake", where);
 }
 
+/* Wait until the conductor has connected @p's primary lane (0: its HELLO
+ * went, the lane is ours again) or failed to (the error; the lane is
+ * gone, @p dead). Past the conductor's own bound (3 x cm_timeout_ms, and
+ * a second for its rounds) we mark @p dead, which makes it give up. */
+static int connect_wait(struct vb_ctx *ctx, struct vbi_peer *p, const char *where)
+{
+	uint64_t t0 = now_ms(), limit = 3ull * ctx->attr.cm_timeout_ms + 1000;
+	bool abandoned = false;
+
+	for (;;) {
+		int st = atomic_load_explicit(&p->setup, memory_order_acquire);
+
+		if (st == VBI_SETUP_CONNECTED && !abandoned)
+			return 0;
+		if (st == VBI_SETUP_CONNECTED) { /* it connected as we gave up */
+			connect_give_up(p, p->setup_lane);
+			break;
+		}
+		if (st == VBI_SETUP_FAILED) {
+			if (abandoned)
+				break;
+			return vbi_err(p->setup_rc, "connect to %s: %s", where, p->setup_err);
+		}
+		if (!abandoned && now_ms() - t0 > limit) {
+			pthread_mutex_lock(&p->txlock);
+			p->dead = true;
+			pthread_mutex_unlock(&p->txlock);
+			vbi_maint_kick(p->node);
+			abandoned = true;
+		}
+		vbi_progress_or_nap(ctx);
+	}
+	return vbi_err(-ETIMEDOUT, "connect to %s: not connected within %llu ms", where,
+		       (unsigned long long)limit);
+}
+
 /* Connect to @addr and wait for the handshake; @alt (may be NULL): where to
  * go when this peer is given up later (vb_node_connect_backup). */
 int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *addr,
@@ -474,14 +510,12 @@ int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *a
 			       "completed by this very thread; connect from another thread", where);
 	if ((rc = connect_prepare(node, addr, alt, &p, &l)))
 		return vbi_err_prefix(rc, "connect to %s", where);
-	rc = ctx->ops->connect(l->dr->dev, l->qp, (struct sockaddr *)&p->addr, &ctx->cp, &l->conn);
-	if (rc) {
-		vbi_err_prefix(rc, "connect to %s", where);
-		goto err_linked;
-	}
-	atomic_store(&l->conn_ready, true);
-	vbi_lane_send_hello(l);
-	/* The handshake is complete when the peer's HELLO has arrived. */
+	/* The conductor connects it (in steps, within 3 x cm_timeout_ms) and
+	 * sends our HELLO; the handshake is complete when the peer's HELLO has
+	 * arrived. */
+	vbi_maint_connect_queue(node, p, l);
+	if ((rc = connect_wait(ctx, p, where)))
+		return rc;
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
 		if (atomic_load(&l->dead) || p->dead) {
@@ -551,14 +585,11 @@ static void switch_start(struct vb_node *node, struct vbi_switch *w, uint64_t no
 	struct vb_ctx *ctx = node->ctx;
 	int rc = connect_prepare(node, &w->to, &w->back, &w->q, &w->l);
 
-	if (!rc && (rc = vbi_maint_connect(node, w->q, w->l))) {
-		connect_give_up(w->q, w->l);
-		w->l = NULL;
-	}
 	if (rc) {
 		w->q = NULL;
 		return;
 	}
+	vbi_maint_connect(node, w->q, w->l);
 	/* the connection's own bound, then the HELLO's */
 	w->deadline_ns = now + 4ull * ctx->attr.cm_timeout_ms * 1000000ull;
 }
@@ -577,11 +608,15 @@ static bool switch_step(struct vb_node *node, struct vbi_switch *w, uint64_t now
 		if (!w->q)
 			goto failed;
 	}
-	if (w->q->building)
-		return false; /* still connecting (bounded by vbi_maint_connect) */
-	if (w->q->build_failed) {
-		w->l = NULL; /* destroyed with its connection */
+	switch (atomic_load_explicit(&w->q->setup, memory_order_acquire)) {
+	case VBI_SETUP_FAILED: /* the lane was destroyed with its connection */
+		vbi_err(w->q->setup_rc, "%s", w->q->setup_err);
+		w->l = NULL;
 		goto failed;
+	case VBI_SETUP_CONNECTED:
+		break;
+	default:
+		return false; /* still connecting (bounded by vbi_maint_connect) */
 	}
 	if (atomic_load(&w->q->up)) {
 		atomic_store(&w->l->in_setup, false); /* the last touch: retire may take it */
