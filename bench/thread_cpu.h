@@ -4,7 +4,7 @@
  * (user + system, from /proc/self/task/<tid>/stat, in clock ticks), so a
  * run shows which thread is the pipeline's busiest stage. vb_bench prints
  * it with VB_BENCH_STATS=1. Threads are named by their comm (the library
- * names its own: vb-progress, vb-maint, vb-accept).
+ * names its own: vb-progress, vb-maint).
  */
 #ifndef VERBUS_BENCH_THREAD_CPU_H
 #define VERBUS_BENCH_THREAD_CPU_H

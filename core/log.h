@@ -35,7 +35,7 @@ const char *vbi_log_level_name(int level);
 void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* Name a library thread (what ps, top, perf and the logs' readers see):
- * "vb-progress", "vb-maint", "vb-accept". Best effort; any thread. */
+ * "vb-progress", "vb-maint" (the node's conductor). Best effort; any thread. */
 void vbi_thread_name(pthread_t t, const char *name);
 
 #define vbi_log(lvl, ...)                                                         \
