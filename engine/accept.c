@@ -52,7 +52,7 @@ struct vbi_accept {
 	uint64_t starved_ns;         /* when that was last tried */
 };
 
-static struct vbi_devres *listener_dev(struct vb_node *node, unsigned idx)
+struct vbi_devres *vbi_listener_dev(struct vb_node *node, unsigned idx)
 {
 	return &node->ctx->dr[idx == 1 ? 1 : 0];
 }
@@ -64,7 +64,7 @@ void vbi_listener_drop(struct vb_node *node, unsigned idx)
 	atomic_store(&node->lport[idx], 0);
 	node->ctx->ops->listener_close(node->listener[idx]);
 	node->listener[idx] = NULL;
-	atomic_fetch_sub(&listener_dev(node, idx)->nlisteners, 1);
+	atomic_fetch_sub(&vbi_listener_dev(node, idx)->nlisteners, 1);
 }
 
 /*
@@ -104,7 +104,7 @@ static struct vbi_lane *agent_ready(struct vbi_accept *a, unsigned idx)
 
 	if (l)
 		return l;
-	if (vbi_lane_new(node, listener_dev(node, idx), node->listener[idx]->type, true, &l)) {
+	if (vbi_lane_new(node, vbi_listener_dev(node, idx), node->listener[idx]->type, true, &l)) {
 		vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
 		return NULL;
 	}
@@ -141,21 +141,23 @@ static void agent_accepted(struct vb_node *node, struct vbi_lane *l)
 	atomic_store(&l->in_setup, false); /* the last touch: retire may take it */
 }
 
-/* Forget handshake @i (its lane is the caller's now). */
-static void busy_remove(struct vbi_accept *a, unsigned i)
+/* Forget handshake @i: its lane, the caller's now. */
+static struct vbi_lane *busy_take(struct vbi_accept *a, unsigned i)
 {
+	struct vbi_lane *l = a->busy[i];
+
 	memmove(&a->busy[i], &a->busy[i + 1], (a->nbusy - i - 1) * sizeof(a->busy[0]));
 	memmove(&a->busy_idx[i], &a->busy_idx[i + 1], a->nbusy - i - 1);
 	a->nbusy--;
+	return l;
 }
 
 /* Give up handshake @i: counted with the connections dropped before their
  * HELLO (vb_stats_t.pending_dropped). */
 static void busy_drop(struct vbi_accept *a, unsigned i, const char *why)
 {
-	struct vbi_lane *l = a->busy[i];
+	struct vbi_lane *l = busy_take(a, i);
 
-	busy_remove(a, i);
 	atomic_fetch_add(&a->node->ctx->st.pending_dropped, 1);
 	vbi_warn("node '%s': a connection's handshake %s: dropped (QP %u)", a->node->name, why,
 		 l->qp->qpn);
@@ -208,10 +210,9 @@ static int agent_step(struct vbi_accept *a)
 		int rc = ctx->ops->conn_step(l->conn);
 
 		if (rc == 0) {
-			busy_remove(a, i);
-			agent_accepted(a->node, l);
+			agent_accepted(a->node, busy_take(a, i));
 		} else if (rc != -EINPROGRESS) {
-			busy_remove(a, i);
+			busy_take(a, i);
 			if (!atomic_load(&a->node->stop))
 				vbi_warn("accept failed: %s", vbi_errmsg());
 			vbi_lane_destroy_now(l);
@@ -237,21 +238,17 @@ static void agent_removed(struct vbi_accept *a)
 	struct vb_node *node = a->node;
 
 	for (unsigned idx = 0; idx < 4; idx++) {
-		if (!node->listener[idx] || !atomic_load(&listener_dev(node, idx)->removed))
+		if (!node->listener[idx] || !atomic_load(&vbi_listener_dev(node, idx)->removed))
 			continue;
 		for (unsigned i = a->nbusy; i-- > 0;)
-			if (a->busy_idx[i] == idx) {
-				struct vbi_lane *l = a->busy[i];
-
-				busy_remove(a, i);
-				vbi_lane_destroy_now(l);
-			}
+			if (a->busy_idx[i] == idx)
+				vbi_lane_destroy_now(busy_take(a, i));
 		if (a->ready[idx]) {
 			vbi_lane_destroy_now(a->ready[idx]);
 			a->ready[idx] = NULL;
 		}
 		vbi_info("node '%s': %s listener on %s closed (device removed)", node->name,
-			 vbi_path_mode_name(node->listener[idx]->type), listener_dev(node, idx)->name);
+			 vbi_path_mode_name(node->listener[idx]->type), vbi_listener_dev(node, idx)->name);
 		vbi_listener_drop(node, idx);
 	}
 }
@@ -329,12 +326,8 @@ void vbi_accept_fini(struct vb_node *node)
 	struct vbi_accept *a = node->accept;
 
 	if (a) {
-		for (unsigned i = a->nbusy; i-- > 0;) {
-			struct vbi_lane *l = a->busy[i];
-
-			busy_remove(a, i);
-			vbi_lane_destroy_now(l);
-		}
+		while (a->nbusy)
+			vbi_lane_destroy_now(busy_take(a, a->nbusy - 1));
 		for (unsigned idx = 0; idx < 4; idx++)
 			if (a->ready[idx])
 				vbi_lane_destroy_now(a->ready[idx]);

@@ -23,6 +23,9 @@ int vbi_accept_init(struct vb_node *node);
 /* Destroy what was still being accepted and close the listeners.
  * Idempotent; also for a node that never had accept state. */
 void vbi_accept_fini(struct vb_node *node);
+/* The device listener @idx is on: [1] the standby device, the others the
+ * primary one. */
+struct vbi_devres *vbi_listener_dev(struct vb_node *node, unsigned idx);
 /* Close listener @idx (node->listener[idx] NULL afterwards; no-op if so). */
 void vbi_listener_drop(struct vb_node *node, unsigned idx);
 /* The most descriptors vbi_accept_pollfds may add. */

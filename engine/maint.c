@@ -152,6 +152,25 @@ static void primary_failed(struct vbi_peer *p, struct vbi_lane *l, int rc)
 	atomic_store_explicit(&p->setup, VBI_SETUP_FAILED, memory_order_release);
 }
 
+/* Start connecting @l (bound to @p, in_setup) to @dst; build_step steps it
+ * until @deadline_ns (0: 3 x cm_timeout_ms from now). 0, or a negative
+ * errno (nothing started: @l is still the caller's). */
+static int build_begin(struct vbi_peer *p, struct vbi_lane *l, uint8_t role,
+		       const struct sockaddr_storage *dst, uint64_t deadline_ns)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	int rc = ctx->ops->connect_start(l->dr->dev, l->qp, (const struct sockaddr *)dst,
+					 &ctx->cp, &l->conn);
+
+	if (rc != -EINPROGRESS)
+		return rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take");
+	p->building = l;
+	p->build_role = role;
+	p->build_deadline_ns = deadline_ns ? deadline_ns
+					   : vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
+	return 0;
+}
+
 /* Connector: start building a lane of @role and @mode to @p (p->building,
  * stepped by build_step). Degraded (UC/UD) lanes go to the peer's UC/UD
  * listener on its primary address, from our primary device. A
@@ -203,17 +222,9 @@ static int build_start(struct vb_node *node, struct vbi_peer *p, uint8_t role,
 	if (role == VBI_LANE_PROBE)
 		p->probe = l;
 	pthread_mutex_unlock(&p->txlock);
-	rc = ctx->ops->connect_start(dr->dev, l->qp, (const struct sockaddr *)dst, &ctx->cp,
-				     &l->conn);
-	if (rc != -EINPROGRESS) {
+	if ((rc = build_begin(p, l, role, dst, deadline_ns)))
 		build_abandon(p, l);
-		return rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take");
-	}
-	p->building = l;
-	p->build_role = role;
-	p->build_deadline_ns = deadline_ns ? deadline_ns
-					   : vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
-	return 0;
+	return rc;
 }
 
 /*
@@ -396,12 +407,13 @@ static void build_step(struct vb_node *node, struct vbi_peer *p)
 		}
 	}
 	p->building = NULL;
+	if (rc && role == VBI_LANE_PRIMARY) {
+		primary_failed(p, l, rc);
+		return;
+	}
 	if (rc) {
-		if (role == VBI_LANE_PRIMARY)
-			primary_failed(p, l, rc);
-		else
-			build_abandon(p, l);
-		if (role != VBI_LANE_PRIMARY && rc != -ECANCELED)
+		build_abandon(p, l);
+		if (rc != -ECANCELED)
 			build_failed(node, p, rc, role);
 		return;
 	}
@@ -417,23 +429,15 @@ static void build_step(struct vb_node *node, struct vbi_peer *p)
 
 void vbi_maint_connect(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
 {
-	struct vb_ctx *ctx = node->ctx;
 	int rc;
 
 	atomic_store(&p->setup, VBI_SETUP_CONNECTING);
-	if (atomic_load(&p->dead) || atomic_load(&node->stop)) {
-		primary_failed(p, l, vbi_err(-ECANCELED, "connection abandoned"));
-		return;
-	}
-	rc = ctx->ops->connect_start(l->dr->dev, l->qp, (const struct sockaddr *)&p->addr,
-				     &ctx->cp, &l->conn);
-	if (rc != -EINPROGRESS) {
-		primary_failed(p, l, rc ? rc : vbi_err(-EPROTO, "connect_start: no step to take"));
-		return;
-	}
-	p->building = l;
-	p->build_role = VBI_LANE_PRIMARY;
-	p->build_deadline_ns = vbi_mono_ns() + 3ull * ctx->attr.cm_timeout_ms * 1000000ull;
+	if (atomic_load(&p->dead) || atomic_load(&node->stop))
+		rc = vbi_err(-ECANCELED, "connection abandoned");
+	else
+		rc = build_begin(p, l, VBI_LANE_PRIMARY, &p->addr, 0);
+	if (rc)
+		primary_failed(p, l, rc);
 }
 
 void vbi_maint_connect_queue(struct vb_node *node, struct vbi_peer *p, struct vbi_lane *l)
@@ -599,11 +603,7 @@ int vbi_maint_start(struct vb_node *node)
 	node->maint_running = true;
 	return 0;
 err:
-	if (node->wake_fd >= 0)
-		close(node->wake_fd);
-	node->wake_fd = -1;
-	free(node->maint_pfd);
-	node->maint_pfd = NULL;
+	vbi_maint_fini(node);
 	return rc;
 }
 

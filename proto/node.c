@@ -270,7 +270,7 @@ int vbi_node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t
 {
 	static const enum vb_qp_type types[4] = { VB_QPT_RC, VB_QPT_RC, VB_QPT_UC, VB_QPT_UD };
 	struct vb_ctx *ctx = node->ctx;
-	struct vbi_devres *dr = &ctx->dr[idx == 1 ? 1 : 0];
+	struct vbi_devres *dr = vbi_listener_dev(node, idx);
 	struct sockaddr_storage ss;
 	int rc;
 
