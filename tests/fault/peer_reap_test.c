@@ -176,6 +176,7 @@ static void test_peers_reaped(void **state)
 	vb_node_t *node;
 	vb_sub_t *sub;
 	struct counts base, warm = { 0 }, now = { 0 };
+	unsigned chunks = 0;
 	vb_stats_t s;
 
 	(void)state;
@@ -259,6 +260,11 @@ static void test_peers_reaped(void **state)
 					 c ? warm.mr : base.mr, now.in_use, c ? warm.in_use : base.in_use);
 			}
 		}
+		vb_ctx_stats(ctx, &s);
+		if (s.pool_chunks != chunks) /* where the registered memory grew */
+			printf("cycle %u (%s): pool chunks %u -> %u (%zu bytes registered)\n", c,
+			       killed ? "SIGKILL" : "clean", chunks, s.pool_chunks, s.pool_registered);
+		chunks = s.pool_chunks;
 		if (c % 10 == 0 || c + 1 == cycles)
 			printf("cycle %u (%s): back at the baseline: QPs %d, CQs %d, MRs %d, in use "
 			       "%zu bytes, lanes %" PRIu64 "\n", c, killed ? "SIGKILL" : "clean", now.qp,
