@@ -94,13 +94,12 @@ static void pending_cap(struct vb_node *node)
 }
 
 /* A lane for listener @idx's next request, made ahead (its QP, lean
- * receive slots, registered room for its HELLO): NULL when it cannot be
- * made now (warned; the request waits for a later round). */
+ * receive slots): NULL when it cannot be made now (warned; the request
+ * waits for a later round). */
 static struct vbi_lane *agent_ready(struct vbi_accept *a, unsigned idx)
 {
 	struct vb_node *node = a->node;
 	struct vbi_lane *l = a->ready[idx];
-	unsigned waiting = 0;
 
 	if (l)
 		return l;
@@ -108,18 +107,34 @@ static struct vbi_lane *agent_ready(struct vbi_accept *a, unsigned idx)
 		vbi_warn("accept: cannot prepare a connection: %s", vbi_errmsg());
 		return NULL;
 	}
-	/* its HELLO is handled by the progress thread, which must not
-	 * register memory for it, nor for those of the accepted connections
-	 * still waiting for theirs (nor those being accepted) */
-	pthread_rwlock_rdlock(&node->lock);
-	for (struct vbi_lane *o = node->pending; o; o = o->next)
-		waiting += o->lean;
-	pthread_rwlock_unlock(&node->lock);
-	if (vbi_lane_commit_prepare(l, waiting + a->nbusy))
-		vbi_info("accept: no registered room made ahead: %s", vbi_errmsg());
 	atomic_store(&l->in_setup, true);
 	a->ready[idx] = l;
 	return l;
+}
+
+/*
+ * A request waits for lane @l: registered room for its commit, made now. Its
+ * HELLO is handled by the progress thread, which must not register memory
+ * for it, nor for the other accepted connections whose commit is still to
+ * come (pending without a HELLO, or still in their handshake): they take
+ * from the same room. One connection more is kept ahead, for the next
+ * request and for what the data path takes from the pool meanwhile
+ * (pubsub_hot_reg_test: a standby accepted while a stream runs). Only
+ * lanes with a request are counted, not the ones made ahead (agent_ready):
+ * so the pool grows to what the connections need, not with the order in
+ * which the conductor happened to prepare its lanes (peer_reap_test).
+ */
+static void agent_room(struct vbi_accept *a, struct vbi_lane *l)
+{
+	struct vb_node *node = a->node;
+	unsigned others = a->nbusy + 1;
+
+	pthread_rwlock_rdlock(&node->lock);
+	for (struct vbi_lane *o = node->pending; o; o = o->next)
+		others += o->lean && !atomic_load(&o->dead);
+	pthread_rwlock_unlock(&node->lock);
+	if (vbi_lane_commit_prepare(l, others))
+		vbi_info("accept: no registered room made ahead: %s", vbi_errmsg());
 }
 
 /* The handshake of @l is complete: hand it over. The peer's HELLO may have
@@ -174,8 +189,16 @@ static bool agent_take(struct vbi_accept *a, unsigned idx)
 	int rc;
 
 	while (!atomic_load(&node->stop)) {
+		struct pollfd pfd = { .fd = ctx->ops->listener_fd(node->listener[idx]),
+				      .events = POLLIN };
+
 		if (!(l = agent_ready(a, idx)))
 			return false;
+		if (poll(&pfd, 1, 0) <= 0)
+			return true; /* nothing waits */
+		/* before the accept: the requester's HELLO may follow its RTU
+		 * before a registration made after it would be done */
+		agent_room(a, l);
 		rc = ctx->ops->accept_start(node->listener[idx], l->qp, &ctx->cp, &l->conn);
 		if (rc == -EAGAIN)
 			return true;

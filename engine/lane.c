@@ -97,6 +97,9 @@ int vbi_lane_commit_prepare(struct vbi_lane *l, unsigned others)
 		(size_t)l->sr.n * l->sr.buf_size;
 	bytes += bytes / 4;
 	rc = vbi_mempool_reserve(l->dr->pool, bytes * (1 + (size_t)others));
+	if (rc > 0)
+		vbi_debug("%d chunk(s) registered ahead: room for %u connection(s) of %zu bytes",
+			  rc, 1 + others, bytes);
 	return rc < 0 ? rc : 0;
 }
 
