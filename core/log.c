@@ -8,13 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
 
+/* The default sink: one line on stderr, with the monotonic time (the same
+ * clock in every process of the machine, so the lines of a publisher and a
+ * subscriber make one timeline) and the calling thread's name. */
 static void stderr_sink(int level, const char *func, int line, const char *msg, void *arg)
 {
+	struct timespec ts;
+	char thr[16];
+
 	(void)arg;
-	fprintf(stderr, "verbus %s %s:%d: %s\n", vbi_log_level_name(level), func, line, msg);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (pthread_getname_np(pthread_self(), thr, sizeof(thr)))
+		thr[0] = 0;
+	fprintf(stderr, "verbus %ld.%06ld %s %s %s:%d: %s\n", (long)ts.tv_sec,
+		(long)(ts.tv_nsec / 1000), thr, vbi_log_level_name(level), func, line, msg);
 }
 
 struct log_sink {

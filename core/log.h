@@ -2,7 +2,8 @@
 /*
  * Leveled logging with func:line. Levels below VBI_LOG_COMPILE_LEVEL compile
  * to nothing; the runtime level comes from VERBUS_LOG_LEVEL (error, warn,
- * info, debug, trace; default warn). The sink is pluggable (default: stderr).
+ * info, debug, trace; default warn). The sink is pluggable (default: stderr,
+ * one line: CLOCK_MONOTONIC seconds, thread name, level, func:line, message).
  * Never log on the hot path at a level that is on by default.
  *
  * Thread-safety: vbi_log_* may be called from any thread. vbi_log_set_sink()
