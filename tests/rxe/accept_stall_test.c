@@ -16,10 +16,16 @@
  * 2. With the victim's cm_timeout_ms at 3 s, the stalled handshake is
  *    given up and counted (vb_stats_t.pending_dropped), and a verbus node
  *    connects afterwards.
+ * 3. A node in VB_PROGRESS_APP mode whose failed lane is being retired
+ *    answers a request while the application does not call vb_progress():
+ *    the lane's drain (its last completions, which only vb_progress()
+ *    reaps there) must not hold up the conductor, which used to wait in
+ *    it until the application's next vb_progress().
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,8 +64,11 @@ static void put32be(uint8_t *p, uint32_t v)
 
 static void cm_wait(struct stall *s, enum rdma_cm_event_type want)
 {
+	struct pollfd pfd = { .fd = s->ch->fd, .events = POLLIN };
 	struct rdma_cm_event *ev;
 
+	if (poll(&pfd, 1, WAIT_MS) != 1)
+		fail_msg("no %s within %d ms", rdma_event_str(want), WAIT_MS);
 	if (rdma_get_cm_event(s->ch, &ev))
 		fail_msg("rdma_get_cm_event: %s", strerror(errno));
 	if (ev->event != want)
@@ -219,11 +228,73 @@ static void test_stall_given_up(void **state)
 	run(3000, true);
 }
 
+/* vb_progress() on @ctx until @done says so (bounded): its stats. */
+static vb_stats_t progress_until(vb_ctx_t *ctx, bool (*done)(const vb_stats_t *, uint64_t),
+				 uint64_t arg, const char *what)
+{
+	uint64_t t0 = vbt_now_ms();
+	vb_stats_t st;
+
+	for (;;) {
+		vb_progress(ctx);
+		vb_ctx_stats(ctx, &st);
+		if (done(&st, arg))
+			return st;
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%s: not within %d ms", what, WAIT_MS);
+		usleep(1000);
+	}
+}
+
+static bool standby_warm(const vb_stats_t *st, uint64_t n)
+{
+	return st->standbys_warmed >= n;
+}
+
+static bool failed_over(const vb_stats_t *st, uint64_t before)
+{
+	return st->failovers > before;
+}
+
+static void test_answer_while_draining(void **state)
+{
+	vb_ctx_attr_t ca;
+	vb_ctx_t *actx, *bctx;
+	vb_node_t *a, *b;
+	vb_stats_t st;
+	struct stall s;
+
+	(void)state;
+	vb_ctx_attr_init(&ca);
+	bctx = vbt_ctx_open(&ca);
+	b = vbt_node_open(bctx, "peer", true);
+	vb_ctx_attr_init(&ca);
+	ca.progress = VB_PROGRESS_APP;
+	actx = vbt_ctx_open(&ca);
+	a = vbt_node_open(actx, "app-mode", true);
+	assert_int_equal(vb_node_connect(a, vbt_test_ip(), vb_node_port(b)), 0);
+	st = progress_until(actx, standby_warm, 1, "a warm standby");
+	assert_int_equal(vb_node_inject_fault(a, NULL, VB_FAULT_QP_ERR), 0);
+	st = progress_until(actx, failed_over, st.failovers, "the switch to the standby");
+	printf("switched to the standby; no vb_progress() from here: the failed lane's "
+	       "drain waits\n");
+	stall_open(&s, vb_node_port(a)); /* fails unless the conductor answers */
+	vb_ctx_stats(actx, &st);
+	printf("answered while the failed lane was retired: lanes created %llu, retired %llu\n",
+	       (unsigned long long)st.lanes_created, (unsigned long long)st.lanes_retired);
+	stall_close(&s);
+	vb_node_destroy(a); /* runs vb_progress() itself while it waits */
+	vb_ctx_destroy(actx);
+	vb_node_destroy(b);
+	vb_ctx_destroy(bctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_connect_during_stall),
 		cmocka_unit_test(test_stall_given_up),
+		cmocka_unit_test(test_answer_while_draining),
 	};
 
 	vbt_require_device();
