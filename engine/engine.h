@@ -184,6 +184,11 @@ struct vbi_lane {
 	bool lean;               /* accepted, HELLO not yet valid: VBI_LEAN_SLOTS slots
 				  * posted, no send ring (vbi_lane_commit) */
 	uint64_t rx_count;       /* receives (progress context): test loss injection */
+	/* its retirement in steps (vbi_lane_retire_start): the retiring
+	 * thread's (the conductor's, for node->drain) */
+	struct vbi_lane *drain_next; /* node->drain */
+	uint64_t retire_ns;      /* when it began (0: not begun) */
+	bool retire_reuse;       /* drained without error: its QP goes back to the pool */
 	/* handshake authentication (proto/auth.c): allocated with the lane, in
 	 * the same block (vbi_lane_new) */
 	struct vbi_lane_auth *auth;
@@ -331,6 +336,8 @@ struct vb_node {
 	pthread_mutex_t maint_lock;
 	unsigned retiring;         /* lanes marked for retirement, not yet freed
 				    * (maint_lock) */
+	struct vbi_lane *drain;    /* lanes it retires, waiting for their WRs to
+				    * complete (conductor thread; maint_retire) */
 };
 
 struct vb_ctx {

@@ -474,51 +474,56 @@ static void drain_marker(struct vbi_lane *l)
 	pthread_mutex_unlock(l->lk);
 }
 
-void vbi_lane_destroy_now(struct vbi_lane *l)
+void vbi_lane_retire_start(struct vbi_lane *l)
 {
-	struct vb_ctx *ctx = l->node->ctx;
-	uint64_t t0 = vbi_mono_ns();
-	bool reuse = false; /* drained, no error: the QP goes back to the pool */
-
 	pthread_mutex_lock(l->lk);
 	atomic_store(&l->dead, true);
 	atomic_store(&l->draining, true);
 	pthread_mutex_unlock(l->lk);
+	if (l->retire_ns)
+		return;
+	l->retire_ns = vbi_mono_ns();
 	if (l->qp && vbt_qp_state(l->qp) != VB_QPS_RESET && !atomic_load(&l->dr->fatal)) {
-		reuse = vbi_lane_qp_healthy(l);
+		l->retire_reuse = vbi_lane_qp_healthy(l);
 		vbt_qp_set_state(l->qp, VB_QPS_ERR);
 		drain_marker(l);
 	}
-	for (;;) {
-		uint32_t out;
+}
 
-		pthread_mutex_lock(l->lk);
-		out = l->sr.outstanding;
-		pthread_mutex_unlock(l->lk);
-		if (!out && !atomic_load(&l->posted_recvs))
-			break;
-		if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal)) {
-			reuse = false;
-			break; /* never posted to, or nothing will complete any more */
-		}
-		if (vbi_mono_ns() - t0 > 10000000000ull) {
-			if (vbi_progress_waits_for_app(ctx)) {
-				/* VB_PROGRESS_APP: only the application's
-				 * vb_progress() reaps these completions; the
-				 * lane cannot go before (they point into it) */
-				vbi_warn("lane %u: %u sends, %u receives still outstanding after "
-					 "10 s: waiting for the application's vb_progress()",
-					 l->id, out, atomic_load(&l->posted_recvs));
-				t0 = vbi_mono_ns();
-			} else {
-				vbi_warn("lane %u: drain gave up with %u sends, %u receives "
-					 "outstanding", l->id, out, atomic_load(&l->posted_recvs));
-				reuse = false;
-				break;
-			}
-		}
-		vbi_progress_or_nap(ctx);
+bool vbi_lane_retire_drained(struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	uint32_t out;
+
+	pthread_mutex_lock(l->lk);
+	out = l->sr.outstanding;
+	pthread_mutex_unlock(l->lk);
+	if (!out && !atomic_load(&l->posted_recvs))
+		return true;
+	if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal)) {
+		l->retire_reuse = false;
+		return true; /* never posted to, or nothing will complete any more */
 	}
+	if (vbi_mono_ns() - l->retire_ns <= 10000000000ull)
+		return false;
+	if (vbi_progress_waits_for_app(ctx)) {
+		/* VB_PROGRESS_APP: only the application's vb_progress() reaps
+		 * these completions; the lane cannot go before (they point
+		 * into it) */
+		vbi_warn("lane %u: %u sends, %u receives still outstanding after 10 s: waiting "
+			 "for the application's vb_progress()", l->id, out,
+			 atomic_load(&l->posted_recvs));
+		l->retire_ns = vbi_mono_ns();
+		return false;
+	}
+	vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding", l->id, out,
+		 atomic_load(&l->posted_recvs));
+	l->retire_reuse = false;
+	return true;
+}
+
+void vbi_lane_unlink(struct vbi_lane *l)
+{
 	pthread_mutex_lock(l->lk);
 	vbi_sring_release_upto(&l->sr, NULL);
 	if (l->peer)
@@ -528,18 +533,33 @@ void vbi_lane_destroy_now(struct vbi_lane *l)
 				break;
 			}
 	pthread_mutex_unlock(l->lk);
-	/* posters that read the lane before it was unpublished are done */
-	vbi_rcu_synchronize();
+}
+
+void vbi_lane_free(struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+
 	if (l->conn)
 		ctx->ops->conn_close(l->conn);
 	if (l->qp)
-		vbi_lane_qp_put(l, reuse);
+		vbi_lane_qp_put(l, l->retire_reuse);
 	vbi_sring_fini(&l->sr);
 	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
 	pthread_mutex_destroy(&l->own_lock);
 	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
 	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);
+}
+
+void vbi_lane_destroy_now(struct vbi_lane *l)
+{
+	vbi_lane_retire_start(l);
+	while (!vbi_lane_retire_drained(l))
+		vbi_progress_or_nap(l->node->ctx);
+	vbi_lane_unlink(l);
+	/* posters that read the lane before it was unpublished are done */
+	vbi_rcu_synchronize();
+	vbi_lane_free(l);
 }
 
 /* ---- control sends on the active lane (peer->txlock held) ------------------------------ */

@@ -56,6 +56,27 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);
 void vbi_lane_retire(struct vbi_lane *l);
+/*
+ * A lane's retirement, in steps that never block (the conductor's drain,
+ * maint.c), or all at once (vbi_lane_destroy_now). The retiring thread
+ * owns the lane from the first step on; no other thread posts to it any
+ * more (dead), the progress thread still reaps its completions.
+ *  1. vbi_lane_retire_start: dead, QP to ERR, a signaled drain marker
+ *     (again: nothing; a lane begun stays begun).
+ *  2. vbi_lane_retire_drained: true once every WR posted to it completed
+ *     (or nothing will complete any more, or 10 s passed; under
+ *     VB_PROGRESS_APP it waits for the application's vb_progress()).
+ *  3. vbi_lane_unlink: off its peer's lanes, its send ring released.
+ *  4. After an RCU grace period (posters that read it are done):
+ *     vbi_lane_free: its connection closed, its QP back to the warm pool
+ *     through RESET when it drained without error (else destroyed), its
+ *     buffers freed.
+ */
+void vbi_lane_retire_start(struct vbi_lane *l);
+bool vbi_lane_retire_drained(struct vbi_lane *l);
+void vbi_lane_unlink(struct vbi_lane *l);
+void vbi_lane_free(struct vbi_lane *l);
+/* Every step above, waiting (the progress thread's, or vb_progress()). */
 void vbi_lane_destroy_now(struct vbi_lane *l);
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len);
 /* Control frames on @p's active lane once its HELLO came: 0, -ENOTCONN

@@ -8,15 +8,18 @@
  *   - runs the accept duty,
  *   - steps the connections it is setting up (build_step),
  *   - every 50 ms, or when kicked: drops accepted connections that sent no
- *     HELLO in time, retires and destroys old lanes (drain, grace period,
- *     free), switches given-up peers to their backup node, reaps dead
- *     peers, and for every live peer warms a standby, starts a
- *     replacement lane after a failure, probes RC while degraded, and
- *     gives up a peer that cannot be reached (the recovery timeout, or the
- *     dead-peer evidence rule: docs/recovery.md).
- * What still blocks it: a lane's drain, an RCU grace period and the QP
- * pool's refill. The switch to a backup node (vbi_node_backup_step)
- * connects its new peers through vbi_maint_connect, in steps too.
+ *     HELLO in time, begins retiring old lanes (QP to ERR, drain marker),
+ *     switches given-up peers to their backup node, reaps dead peers, and
+ *     for every live peer warms a standby, starts a replacement lane after
+ *     a failure, probes RC while degraded, and gives up a peer that cannot
+ *     be reached (the recovery timeout, or the dead-peer evidence rule:
+ *     docs/recovery.md),
+ *   - frees the retired lanes whose WRs all completed (drain_step: one
+ *     grace period for those of the cycle), checking every 1 ms while
+ *     some drain.
+ * What still blocks it: an RCU grace period and the QP pool's refill. The
+ * switch to a backup node (vbi_node_backup_step) connects its new peers
+ * through vbi_maint_connect, in steps too.
  *
  * Threads: only this thread builds lanes for the connecting side and
  * frees lanes and peers (besides node destruction, after it is joined);
@@ -60,8 +63,9 @@ static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
 	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
 }
 
-/* Retire lanes marked so: peers' lanes and pending (unbound) ones; one
- * still in its set-up thread's hands is left for a later round. */
+/* Begin retiring the lanes marked so: peers' lanes and pending (unbound)
+ * ones; one still in its set-up thread's hands is left for a later round.
+ * They wait on node->drain for their WRs (drain_step). */
 static void maint_retire(struct vb_node *node)
 {
 	for (;;) {
@@ -95,8 +99,42 @@ static void maint_retire(struct vb_node *node)
 		pthread_rwlock_unlock(&node->lock);
 		if (!victim)
 			return;
-		vbi_lane_destroy_now(victim);
+		vbi_lane_retire_start(victim);
+		victim->drain_next = node->drain;
+		node->drain = victim;
 	}
+}
+
+/* The lanes on node->drain whose WRs all completed: unlinked, then, after
+ * one grace period for all of them, freed. Every conductor cycle; the
+ * conductor waits at most 1 ms while lanes drain (conductor_wait). Returns
+ * true when it freed some (their peers may be reaped now). */
+static bool drain_step(struct vb_node *node)
+{
+	struct vbi_lane *done = NULL;
+
+	for (struct vbi_lane **q = &node->drain; *q;) {
+		struct vbi_lane *l = *q;
+
+		if (!vbi_lane_retire_drained(l)) {
+			q = &l->drain_next;
+			continue;
+		}
+		*q = l->drain_next;
+		vbi_lane_unlink(l);
+		l->drain_next = done;
+		done = l;
+	}
+	if (!done)
+		return false;
+	vbi_rcu_synchronize(); /* posters that read them before they were unpublished */
+	while (done) {
+		struct vbi_lane *l = done;
+
+		done = l->drain_next;
+		vbi_lane_free(l);
+	}
+	return true;
 }
 
 static struct vbi_devres *pick_dev(struct vb_ctx *ctx, struct vbi_peer *p, bool standby,
@@ -547,6 +585,8 @@ static bool conductor_wait(struct vb_node *node, uint64_t round_ns, int accept_m
 	pthread_mutex_unlock(&node->maint_lock);
 	if (retiring || accept_ms < timeout)
 		timeout = retiring ? 0 : accept_ms;
+	if (node->drain && timeout > 1)
+		timeout = 1; /* the progress thread reaps their WRs meanwhile */
 	if (poll(pfd, n, timeout) > 0 && (pfd[0].revents & POLLIN)) {
 		(void)!read(node->wake_fd, &v, sizeof(v));
 		return true;
@@ -575,9 +615,16 @@ static void *maint_main(void *arg)
 			maint_round(node);
 			round_ns = vbi_mono_ns() + MAINT_ROUND_NS;
 		}
+		if (drain_step(node))
+			round_ns = 0; /* a round now: their peers may be reaped */
 	}
 	connects_take(node); /* stop: what is being connected is abandoned */
 	builds_step(node);
+	while (node->drain) { /* stop: what drains goes before the node */
+		drain_step(node);
+		if (node->drain)
+			vbi_progress_or_nap(node->ctx);
+	}
 	return NULL;
 }
 
