@@ -20,7 +20,6 @@ endfunction()
 verbus_require_pkg(VB_IBVERBS  libibverbs   libibverbs-dev)
 verbus_require_pkg(VB_RDMACM   librdmacm    librdmacm-dev)
 verbus_require_pkg(VB_URCU     liburcu-memb liburcu-dev)
-verbus_require_pkg(VB_URCU_CDS liburcu-cds  liburcu-dev)
 verbus_require_pkg(VB_JEMALLOC jemalloc     libjemalloc-dev)
 # peer authentication (vb_ctx_attr_t.auth_key): HMAC-SHA512-256, random nonces
 verbus_require_pkg(VB_SODIUM   libsodium    libsodium-dev)
