@@ -111,6 +111,8 @@ struct vbi_pubpeer {
 	 * it has held unacknowledged messages without acknowledging anything
 	 * new (0: it holds none); restarted while it has no connection */
 	uint64_t stall_ns;
+	/* pub->lock (read and written under it; the peer's txlock is held too
+	 * by every writer but slow_cut) */
 	bool dead;
 	bool cut;                /* VB_SLOW_CUT cut its stream (dead is set too) */
 	bool end_pending;        /* ... and the END frame telling it so is still to go */

@@ -16,15 +16,14 @@
 /* ---- ORDERED: framing queued messages to a peer --------------------------------------- */
 
 /* Does @pp have messages to frame? txlock held; takes the pub's lock (the
- * window moves under it). */
+ * window moves under it, and a slow-subscriber cut sets dead under it
+ * alone: slow_cut). */
 static bool pp_pending(struct vbi_pubpeer *pp)
 {
 	bool r;
 
-	if (pp->dead)
-		return false;
 	pthread_mutex_lock(&pp->pub->lock);
-	r = pp->sent < pp->pub->win.next_seq - 1;
+	r = !pp->dead && pp->sent < pp->pub->win.next_seq - 1;
 	pthread_mutex_unlock(&pp->pub->lock);
 	return r;
 }
