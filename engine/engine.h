@@ -74,6 +74,11 @@ struct vbi_devres {
 	struct vbt_cq *cq;
 	struct vbi_qpool *qpool; /* the lanes' pre-warmed, recycled QPs (lanepool.c) */
 	atomic_bool fatal;       /* DEVICE_FATAL: nothing on it completes any more */
+	/* Polls of @cq that emptied it (the poller's: the progress thread,
+	 * or vb_progress()). A lane whose QP went to RESET waits for a sweep
+	 * begun after that: the completions it had made before are consumed
+	 * by then (vbi_lane_retire_drained). */
+	atomic_uint_fast64_t cq_sweeps;
 	atomic_bool port_down;   /* PORT_ERR seen, no PORT_ACTIVE since */
 	atomic_bool failed;      /* a port/device event failed every lane on it:
 				  * the progress thread fails them over */
@@ -188,6 +193,8 @@ struct vbi_lane {
 	 * thread's (the conductor's, for node->drain) */
 	struct vbi_lane *drain_next; /* node->drain */
 	uint64_t retire_ns;      /* when it began (0: not begun) */
+	uint64_t retire_sweep;   /* its QP in RESET: the dr->cq_sweeps count to reach
+				  * before it is freed (0: not yet) */
 	bool retire_reuse;       /* drained without error: its QP goes back to the pool */
 	/* handshake authentication (proto/auth.c): allocated with the lane, in
 	 * the same block (vbi_lane_new) */

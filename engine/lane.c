@@ -490,36 +490,59 @@ void vbi_lane_retire_start(struct vbi_lane *l)
 	}
 }
 
+/* @l's QP is in RESET: nothing completes on it any more, but completions
+ * it made before may still wait in the CQ, pointing into the lane (Soft-
+ * RoCE flushes a receive queue late, or only when a packet comes). It may
+ * go once the poller has swept the CQ empty after this first call: two
+ * sweeps from now, as the next one counted may have begun before. */
+static bool swept_since_reset(struct vbi_lane *l)
+{
+	uint64_t n = atomic_load_explicit(&l->dr->cq_sweeps, memory_order_acquire);
+
+	if (!l->retire_sweep) {
+		l->retire_sweep = n + 2;
+		return false;
+	}
+	return n >= l->retire_sweep;
+}
+
 bool vbi_lane_retire_drained(struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = l->node->ctx;
-	uint32_t out;
+	uint32_t out, recvs;
 
 	pthread_mutex_lock(l->lk);
 	out = l->sr.outstanding;
 	pthread_mutex_unlock(l->lk);
-	if (!out && !atomic_load(&l->posted_recvs))
-		return true;
-	if (!l->qp || vbt_qp_state(l->qp) == VB_QPS_RESET || atomic_load(&l->dr->fatal)) {
+	recvs = atomic_load(&l->posted_recvs);
+	if (!out && !recvs)
+		return true; /* the poller's accounting was its last touch */
+	if (!l->qp || atomic_load(&l->dr->fatal)) {
 		l->retire_reuse = false;
-		return true; /* never posted to, or nothing will complete any more */
+		return true; /* never posted to, or its CQ is polled no more */
+	}
+	if (vbt_qp_state(l->qp) == VB_QPS_RESET) {
+		l->retire_reuse = false;
+		return swept_since_reset(l);
 	}
 	if (vbi_mono_ns() - l->retire_ns <= 10000000000ull)
 		return false;
-	if (vbi_progress_waits_for_app(ctx)) {
-		/* VB_PROGRESS_APP: only the application's vb_progress() reaps
-		 * these completions; the lane cannot go before (they point
-		 * into it) */
-		vbi_warn("lane %u: %u sends, %u receives still outstanding after 10 s: waiting "
-			 "for the application's vb_progress()", l->id, out,
-			 atomic_load(&l->posted_recvs));
+	/* 10 s without the flushes: give the WRs up. RESET stops the QP (no
+	 * completion, no DMA into the lane's buffers any more); the lane
+	 * still waits for the poller to sweep what is in the CQ (under
+	 * VB_PROGRESS_APP: for the application's vb_progress()). */
+	vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding after 10 s: "
+		 "its QP goes to RESET%s", l->id, out, recvs,
+		 vbi_progress_waits_for_app(ctx) ? "; waiting for the application's vb_progress()"
+						 : "");
+	l->retire_reuse = false;
+	if (vbt_qp_set_state(l->qp, VB_QPS_RESET)) {
+		vbi_warn("lane %u: QP %u to RESET failed: %s; tried again in 10 s", l->id,
+			 l->qp->qpn, vbi_errmsg());
 		l->retire_ns = vbi_mono_ns();
 		return false;
 	}
-	vbi_warn("lane %u: drain gave up with %u sends, %u receives outstanding", l->id, out,
-		 atomic_load(&l->posted_recvs));
-	l->retire_reuse = false;
-	return true;
+	return swept_since_reset(l);
 }
 
 void vbi_lane_unlink(struct vbi_lane *l)

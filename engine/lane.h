@@ -63,9 +63,13 @@ void vbi_lane_retire(struct vbi_lane *l);
  * more (dead), the progress thread still reaps its completions.
  *  1. vbi_lane_retire_start: dead, QP to ERR, a signaled drain marker
  *     (again: nothing; a lane begun stays begun).
- *  2. vbi_lane_retire_drained: true once every WR posted to it completed
- *     (or nothing will complete any more, or 10 s passed; under
- *     VB_PROGRESS_APP it waits for the application's vb_progress()).
+ *  2. vbi_lane_retire_drained: true once every WR posted to it completed,
+ *     or its QP is in RESET and the poller has swept the CQ since (what
+ *     it completed before is consumed: nothing in the CQ points into it
+ *     any more), or nothing will complete (no QP, the device is gone).
+ *     After 10 s without its flushes it moves the QP to RESET itself.
+ *     The sweep is the progress thread's, or under VB_PROGRESS_APP the
+ *     application's vb_progress().
  *  3. vbi_lane_unlink: off its peer's lanes, its send ring released.
  *  4. After an RCU grace period (posters that read it are done):
  *     vbi_lane_free: its connection closed, its QP back to the warm pool

@@ -80,10 +80,10 @@ static void lane_wc_error(struct vb_ctx *ctx, struct vbi_lane *l, const struct v
 		vbi_lane_report(l, v, vbt_wc_status_str(wc->status));
 }
 
-static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
+static int poll_cq(struct vb_ctx *ctx, struct vbi_devres *dr)
 {
 	struct vbt_wc wc[32];
-	int n = vbt_cq_poll(cq, wc, 32);
+	int n = vbt_cq_poll(dr->cq, wc, 32);
 
 	if (n < 0) {
 		vbi_error("completion queue poll failed: %s", vbi_errmsg());
@@ -148,6 +148,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbt_cq *cq)
 			break;
 		}
 	}
+	/* fewer than asked for: the CQ was empty, and what it held is handled */
+	if (n < 32)
+		atomic_fetch_add_explicit(&dr->cq_sweeps, 1, memory_order_release);
 	return n;
 }
 
@@ -231,7 +234,7 @@ static int progress_round(struct vb_ctx *ctx)
 
 		if (atomic_load_explicit(&ctx->dr[d].fatal, memory_order_relaxed))
 			continue; /* a removed device's CQ completes nothing */
-		r = poll_cq(ctx, ctx->dr[d].cq);
+		r = poll_cq(ctx, &ctx->dr[d]);
 		if (r < 0)
 			return r;
 		n += r;
