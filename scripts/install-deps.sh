@@ -17,8 +17,8 @@ PKGS=(
   # man pages: pandoc converts docs/man/*.md at build time (VERBUS_MAN);
   # man-db + groff-base render them in ctest man_test
   pandoc man-db groff-base
-  # Debian packages (debian/; ctest package_test): dpkg-buildpackage
-  debhelper dpkg-dev fakeroot
+  # Debian packages (debian/; ctest package_test): dpkg-buildpackage, lintian
+  debhelper dpkg-dev fakeroot lintian
   # fuzzing and static analysis (docs/testing.md): clang, libFuzzer and the
   # sanitizer runtimes (libclang-rt-14-dev), scan-build (clang-tools)
   clang clang-tools libclang-rt-14-dev

@@ -12,8 +12,17 @@
 #   4. CMake find_package(verbus COMPONENTS static), verbus::verbus_static.
 #
 #   tests/unit/install_test.sh BUILD_DIR C_COMPILER VERSION [SANITIZE]
+#   tests/unit/install_test.sh --tree PREFIX C_COMPILER VERSION
+# --tree: no install; the consumers are built against the tree already
+# under PREFIX (tests/package/package_test.sh: the Debian packages
+# unpacked into a scratch root, PREFIX = ROOT/usr).
 set -uo pipefail
 
+tree=
+if [ "${1:-}" = --tree ]; then
+	tree=$2
+	shift
+fi
 build=$1 cc=$2 version=$3 san=${4:-}
 flags=()
 [ -n "$san" ] && flags=(-fsanitize="$san")
@@ -34,13 +43,17 @@ run() {
 	fi
 }
 
-if ! cmake --install "$build" --prefix "$t/staged" > "$t/install.log" 2>&1; then
+if [ -n "$tree" ]; then
+	prefix=$(cd "$tree" && pwd)
+elif ! cmake --install "$build" --prefix "$t/staged" > "$t/install.log" 2>&1; then
 	cat "$t/install.log"
 	echo "install_test: FAIL: cmake --install"
 	exit 1
+else
+	mv "$t/staged" "$t/moved"
+	prefix=$t/moved
 fi
-mv "$t/staged" "$t/moved"
-pc=$(find "$t/moved" -name verbus.pc)
+pc=$(find "$prefix" -name verbus.pc)
 if [ -z "$pc" ]; then
 	echo "install_test: FAIL: no verbus.pc installed"
 	exit 1
@@ -96,7 +109,7 @@ find_package(verbus REQUIRED $2)
 add_executable(use use.c)
 target_link_libraries(use PRIVATE $3)
 CM
-	if ! cmake -S "$d" -B "$d/b" -DCMAKE_PREFIX_PATH="$t/moved" -DCMAKE_C_COMPILER="$cc" \
+	if ! cmake -S "$d" -B "$d/b" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
 		-DCMAKE_C_FLAGS="${flags[*]}" ${4:+-DPKG_CONFIG_EXECUTABLE=$4} > "$d/log" 2>&1 ||
 		! cmake --build "$d/b" >> "$d/log" 2>&1; then
 		fail "CMake consumer $1 ($3): $(tail -n 20 "$d/log")"
@@ -107,5 +120,5 @@ CM
 cmake_consumer shared "" verbus::verbus /nonexistent/pkg-config
 cmake_consumer static "COMPONENTS static" verbus::verbus_static
 
-[ "$bad" = 0 ] && echo "install_test: all consumers built against the moved tree and ran"
+[ "$bad" = 0 ] && echo "install_test: all consumers built against ${tree:-the moved tree} and ran"
 exit "$bad"
