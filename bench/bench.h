@@ -22,6 +22,11 @@ int vb_bench_lat(int argc, char **argv);
 int vb_bench_bw(int argc, char **argv);
 int vb_bench_fanout(int argc, char **argv);
 
+/* Every VERBUS_* variable, its default and the value in force (--doc: with
+ * what each is; --check: vb_ctx_create's environment check; --markdown:
+ * README.md's table), bench_config.c. */
+int vb_bench_config(int argc, char **argv);
+
 /* Per-message counts of locks, allocations, clock reads and system calls
  * between these marks, printed by ../shared/tools/prof/shim.so when it is
  * preloaded (LD_PRELOAD); without it the weak symbols are NULL and the

@@ -44,9 +44,14 @@ static int usage(FILE *f)
 		"          --stamp-every N: every Nth message carries its publish time, 64)\n"
 		"  failover [--faults N] [--ip A] [--standby-ip B | --one-device] [--json FILE]\n"
 		"         fault -> first delivery over the standby vs a fresh RC connection\n"
+		"  config [--doc] [--check] [--markdown]\n"
+		"         every VERBUS_* variable: the value in force and its default\n"
+		"         (--doc: what each is, its type, range and field; --check:\n"
+		"         exit 1 naming a malformed value, as vb_ctx_create refuses it;\n"
+		"         --markdown: README.md's table of them); no device needed\n"
 		"  -h, --help   this text\n"
-		"environment: VERBUS_DEVICE (default device), VERBUS_* (library settings,\n"
-		"see verbus.h)\n");
+		"environment: VERBUS_DEVICE (default device), VERBUS_* (library settings:\n"
+		"vb_bench config lists them)\n");
 	return f == stderr ? 2 : 0;
 }
 
@@ -89,6 +94,8 @@ int main(int argc, char **argv)
 		return vb_bench_mempool(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "failover"))
 		return vb_bench_failover(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "config"))
+		return vb_bench_config(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))
 		return usage(stdout);
 	fprintf(stderr, "vb_bench: unknown subcommand '%s'\n", argv[1]);

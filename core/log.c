@@ -5,10 +5,10 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
 #include <time.h>
+
+#include "core/config.h"
+#include "core/err.h" /* VBI_ERRMSG_MAX */
 
 static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
 
@@ -41,18 +41,20 @@ static struct log_sink *sink = &sink_default;
 static int cur_level = -1;
 static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 
+/* VERBUS_LOG_LEVEL (the table's enum: its index is the level). The log
+ * cannot fail: a malformed value is warned about and the default (warn)
+ * kept; written straight to the sink, as vbi_warn() would wait for this
+ * very once. vb_ctx_create() refuses the value (vbi_cfg_check_env()). */
 static void level_from_env(void)
 {
-	const char *e = getenv("VERBUS_LOG_LEVEL");
-	int lvl = VBI_LOG_WARN;
+	union vbi_cfg_val v = { .u = VBI_LOG_WARN };
+	char why[VBI_ERRMSG_MAX];
+	int rc = vbi_cfg_read(VBI_CFG_LOG_LEVEL, &v, why, sizeof(why));
+	int expect = -1, lvl = rc ? VBI_LOG_WARN : (int)v.u;
 
-	if (e) {
-		for (int i = 0; i <= VBI_LOG_TRACE; i++)
-			if (!strcasecmp(e, level_names[i]))
-				lvl = i;
-	}
-	int expect = -1;
 	__atomic_compare_exchange_n(&cur_level, &expect, lvl, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	if (rc < 0 && __atomic_load_n(&cur_level, __ATOMIC_RELAXED) >= VBI_LOG_WARN)
+		vbi_log_write(VBI_LOG_WARN, __func__, __LINE__, "%s; the default (warn) is used", why);
 }
 
 const char *vbi_log_level_name(int level)

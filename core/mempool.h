@@ -133,7 +133,8 @@ struct vbi_mempool_stats {
 
 struct vbi_mempool;
 
-/* Defaults, then environment overrides (VERBUS_MEMPOOL_CHUNK, _CAP). */
+/* Defaults, then environment overrides (VERBUS_MEMPOOL_CHUNK, _CAP), both
+ * from the table (core/config.h): a malformed value keeps its default. */
 void vbi_mempool_attr_init(struct vbi_mempool_attr *attr);
 
 /*

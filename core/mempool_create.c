@@ -13,41 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/err.h"
-#include "core/log.h"
 #include "core/mempool_priv.h"
-
-static size_t env_size(const char *name, size_t dflt)
-{
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!s || !*s)
-		return dflt;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		goto bad;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
-	}
-	if (*end)
-		goto bad;
-	return (size_t)v;
-bad:
-	vbi_warn("ignoring %s=%s (expected bytes with an optional k/m/g suffix)", name, s);
-	return dflt;
-}
 
 void vbi_mempool_attr_init(struct vbi_mempool_attr *a)
 {
 	memset(a, 0, sizeof(*a));
-	a->chunk_size = env_size("VERBUS_MEMPOOL_CHUNK", VBI_MEMPOOL_HUGEPAGE);
-	a->max_registered = env_size("VERBUS_MEMPOOL_CAP", (size_t)256 << 20);
+	vbi_cfg_size(VBI_CFG_MEMPOOL_CHUNK, &a->chunk_size);
+	vbi_cfg_size(VBI_CFG_MEMPOOL_CAP, &a->max_registered);
 	a->max_alloc = VBI_MEMPOOL_MAX_ALLOC;
 	a->access = VB_ACCESS_LOCAL_WRITE;
 	a->name = "mempool";

@@ -2,9 +2,9 @@
 #include "core/path.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -12,65 +12,35 @@
 
 /* ---- configuration ----------------------------------------------------- */
 
-static void env_u64(const char *name, uint64_t min, uint64_t max, uint64_t *out)
+/* A duration variable of the table, in ns: @ns keeps the default's value
+ * (the table's) when unset or malformed. */
+static void env_ms(enum vbi_cfg_id id, uint64_t *ns)
 {
-	const char *s = getenv(name);
-	char *end;
-	unsigned long long v;
+	uint64_t ms = 0;
 
-	if (!s || !*s)
-		return;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s || *end || v < min || v > max) {
-		vbi_warn("ignoring %s=%s (expected %llu..%llu)", name, s,
-			 (unsigned long long)min, (unsigned long long)max);
-		return;
-	}
-	*out = v;
+	vbi_cfg_u64(id, &ms);
+	*ns = ms * MS;
 }
 
 void vbi_path_cfg_init(struct vbi_path_cfg *c)
 {
-	uint64_t v;
+	uint64_t v = 0;
 
-	c->degrade_failures = 3;
-	c->degrade_window_ns = 1000 * MS;
-	c->promote_hold_ns = 2000 * MS;
-	c->promote_hold_max_ns = 60000 * MS;
-	c->relapse_window_ns = 10000 * MS;
-	c->promote_probes = 3;
-	c->promote_direct = 1;
-	c->recovery_queue = 0;
-	c->best = VB_QPT_RC;
-	c->worst = VB_QPT_UD;
-
-	v = c->degrade_failures;
-	env_u64("VERBUS_DEGRADE_FAILURES", 1, VBI_PATH_MAX_FAILURES, &v);
-	c->degrade_failures = (unsigned)v;
-	v = c->degrade_window_ns / MS;
-	env_u64("VERBUS_DEGRADE_WINDOW_MS", 1, 86400000, &v);
-	c->degrade_window_ns = v * MS;
-	v = c->promote_hold_ns / MS;
-	env_u64("VERBUS_PROMOTE_HOLD_MS", 0, 86400000, &v);
-	c->promote_hold_ns = v * MS;
-	v = c->promote_hold_max_ns / MS;
-	env_u64("VERBUS_PROMOTE_HOLD_MAX_MS", 0, 86400000, &v);
-	c->promote_hold_max_ns = v * MS;
+	memset(c, 0, sizeof(*c));
+	vbi_cfg_unsigned(VBI_CFG_DEGRADE_FAILURES, &c->degrade_failures);
+	env_ms(VBI_CFG_DEGRADE_WINDOW_MS, &c->degrade_window_ns);
+	env_ms(VBI_CFG_PROMOTE_HOLD_MS, &c->promote_hold_ns);
+	env_ms(VBI_CFG_PROMOTE_HOLD_MAX_MS, &c->promote_hold_max_ns);
 	if (c->promote_hold_max_ns < c->promote_hold_ns)
 		c->promote_hold_max_ns = c->promote_hold_ns;
-	v = c->relapse_window_ns / MS;
-	env_u64("VERBUS_PROMOTE_RELAPSE_MS", 0, 86400000, &v);
-	c->relapse_window_ns = v * MS;
-	v = c->promote_probes;
-	env_u64("VERBUS_PROMOTE_PROBES", 1, 1000000, &v);
-	c->promote_probes = (unsigned)v;
-	v = (uint64_t)c->promote_direct;
-	env_u64("VERBUS_PROMOTE_DIRECT", 0, 1, &v);
+	env_ms(VBI_CFG_PROMOTE_RELAPSE_MS, &c->relapse_window_ns);
+	vbi_cfg_unsigned(VBI_CFG_PROMOTE_PROBES, &c->promote_probes);
+	vbi_cfg_u64(VBI_CFG_PROMOTE_DIRECT, &v);
 	c->promote_direct = (int)v;
-	v = c->recovery_queue;
-	env_u64("VERBUS_RECOVERY_QUEUE", 0, 1u << 30, &v);
-	c->recovery_queue = (unsigned)v;
+	c->recovery_queue = 0; /* unset: 0 here (the library's peers: the window) */
+	vbi_cfg_unsigned(VBI_CFG_RECOVERY_QUEUE, &c->recovery_queue);
+	c->best = VB_QPT_RC;
+	c->worst = VB_QPT_UD;
 }
 
 static int cfg_check(const struct vbi_path_cfg *c)

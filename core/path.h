@@ -199,8 +199,8 @@ struct vbi_path {
 	struct vbi_path_stats st; /* write-side counters (read under mu) */
 };
 
-/* Defaults + VERBUS_* environment overrides (bad values are warned about
- * and ignored). */
+/* Defaults + VERBUS_* environment overrides, both from the table
+ * (core/config.h): a malformed value is logged and its default kept. */
 void vbi_path_cfg_init(struct vbi_path_cfg *c);
 
 /* @cfg NULL: defaults. Starts in cfg->best mode with no lane, not

@@ -26,6 +26,7 @@
 #include "engine/progress.h"
 #include "engine/upcalls.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/rcu.h"
@@ -257,20 +258,18 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 	return 0;
 }
 
-/* The retransmission timeout of UC/UD lanes: VERBUS_RTO_MS, default
- * VBI_RTO_MS_DEFAULT (read once). */
+/* The retransmission timeout of UC/UD lanes: VERBUS_RTO_MS (the table's
+ * default and range, 1..60000 ms; read once). */
 uint64_t vbi_rto_ns(void)
 {
 	static _Atomic uint64_t rto;
 	uint64_t v = atomic_load_explicit(&rto, memory_order_relaxed);
 
 	if (!v) {
-		const char *e = getenv("VERBUS_RTO_MS");
-		long ms = e && *e ? strtol(e, NULL, 10) : 0;
+		uint64_t ms = 0;
 
-		if (ms < 1 || ms > 60000)
-			ms = VBI_RTO_MS_DEFAULT;
-		v = (uint64_t)ms * 1000000ull;
+		vbi_cfg_u64(VBI_CFG_RTO_MS, &ms);
+		v = ms * 1000000ull;
 		atomic_store_explicit(&rto, v, memory_order_relaxed);
 	}
 	return v;
@@ -338,18 +337,18 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 /* Testing the software reliability of UC/UD lanes: VERBUS_TEST_DROP_EVERY=N
  * drops every N-th SEND/datagram received on such a lane (after its HELLO)
  * as if the fabric had lost it: nothing of it is processed and its slot is
- * not returned to the sender (a lost datagram's credit is lost too). 0 or
- * unset: off. Read once. */
+ * not returned to the sender (a lost datagram's credit is lost too). 0, 1
+ * or unset: off. Read once. */
 static unsigned test_drop_every(void)
 {
 	static _Atomic int v = -1;
 	int r = atomic_load_explicit(&v, memory_order_relaxed);
 
 	if (r < 0) {
-		const char *e = getenv("VERBUS_TEST_DROP_EVERY");
-		long n = e && *e ? strtol(e, NULL, 10) : 0;
+		unsigned n = 0;
 
-		r = n > 1 && n < 1000000 ? (int)n : 0;
+		vbi_cfg_unsigned(VBI_CFG_TEST_DROP_EVERY, &n); /* 0..999999 */
+		r = n > 1 ? (int)n : 0;
 		atomic_store_explicit(&v, r, memory_order_relaxed);
 	}
 	return (unsigned)r;

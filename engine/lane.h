@@ -22,8 +22,6 @@
 #include "engine/sring.h"
 #include "transport/transport.h"
 
-/* unreliable lanes: retransmission timeout [VERBUS_RTO_MS] */
-#define VBI_RTO_MS_DEFAULT 100
 /* the GRH in front of every UD receive buffer */
 #define VBI_UD_GRH VBI_WIRE_UD_GRH
 /* Room in the callback queue for the deliveries of @len bytes of frames
@@ -50,6 +48,8 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		 struct vbi_lane **out);
 int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr);
 void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_ns);
+/* Unreliable lanes' retransmission timeout in ns [VERBUS_RTO_MS, default
+ * 100 ms]; read once. */
 uint64_t vbi_rto_ns(void);
 void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
 int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);

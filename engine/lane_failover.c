@@ -42,6 +42,7 @@
 #include "engine/progress.h"
 #include "engine/upcalls.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -176,6 +177,7 @@ int vbi_peer_init_path(struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	struct vbi_path_cfg cfg;
+	union vbi_cfg_val q;
 
 	vbi_path_cfg_init(&cfg);
 	/* Lanes are RC; the connecting side's path may degrade to UC and UD
@@ -184,8 +186,9 @@ int vbi_peer_init_path(struct vbi_peer *p)
 	cfg.best = VB_QPT_RC;
 	cfg.worst = VB_QPT_RC;
 	/* While recovering, publishes queue in the retransmit windows (they are
-	 * the bound); beyond them -EAGAIN. */
-	if (!getenv("VERBUS_RECOVERY_QUEUE"))
+	 * the bound); beyond them -EAGAIN. A valid VERBUS_RECOVERY_QUEUE (read
+	 * by vbi_path_cfg_init, which logs a malformed one) overrides that. */
+	if (vbi_cfg_read(VBI_CFG_RECOVERY_QUEUE, &q, NULL, 0))
 		cfg.recovery_queue = ctx->attr.window;
 	return vbi_path_init(&p->path, &cfg, vbi_mono_ns(), path_event, p);
 }

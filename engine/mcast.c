@@ -62,7 +62,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "engine/engine.h"
@@ -71,10 +70,9 @@
 #include "engine/mcast.h"
 #include "engine/progress.h"
 #include "engine/ud.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
-
-#define VBI_MCAST_DEFAULT_PREFIX "239.192.0.0/14"
 
 struct vbi_mcast_grp {
 	struct vbi_mcast_grp *next;
@@ -109,20 +107,8 @@ struct vbi_mcast_ctx {
 
 void vbi_mcast_attr_init(vb_ctx_attr_t *a)
 {
-	const char *v = getenv("VERBUS_MCAST"), *pfx = getenv("VERBUS_MCAST_PREFIX");
-
-	a->mcast = 1;
-	a->mcast_prefix = VBI_MCAST_DEFAULT_PREFIX;
-	if (v && *v) {
-		if (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "no"))
-			a->mcast = 0;
-		else if (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes"))
-			a->mcast = 1;
-		else
-			vbi_warn("VERBUS_MCAST=%s ignored: use 0 or 1", v);
-	}
-	if (pfx && *pfx)
-		a->mcast_prefix = pfx;
+	vbi_cfg_int(VBI_CFG_MCAST, &a->mcast);
+	vbi_cfg_str(VBI_CFG_MCAST_PREFIX, &a->mcast_prefix);
 }
 
 /* "A.B.C.D/N" inside 224.0.0.0/4, N in 4..28. */

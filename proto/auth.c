@@ -33,6 +33,7 @@
 #include <sodium.h>
 
 #include "proto/proto.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -73,9 +74,10 @@ static long hex_key(const char *s, size_t n, uint8_t *out, size_t cap)
 int vbi_auth_ctx_init(struct vb_ctx *ctx)
 {
 	const vb_ctx_attr_t *a = &ctx->attr;
-	const char *file = a->auth_key_file;
-	const char *env = getenv("VERBUS_AUTH_KEY");
+	const char *file = a->auth_key_file, *env = NULL, *env_file = NULL;
 
+	vbi_cfg_str(VBI_CFG_AUTH_KEY, &env);
+	vbi_cfg_str(VBI_CFG_AUTH_KEY_FILE, &env_file);
 	ctx->auth_key_len = 0;
 	if (a->auth_key) {
 		if (a->auth_key_len < VBI_AUTH_KEY_MIN || a->auth_key_len > VBI_AUTH_KEY_MAX)
@@ -83,14 +85,14 @@ int vbi_auth_ctx_init(struct vb_ctx *ctx)
 				       VBI_AUTH_KEY_MIN, VBI_AUTH_KEY_MAX);
 		memcpy(ctx->auth_key, a->auth_key, a->auth_key_len);
 		ctx->auth_key_len = a->auth_key_len;
-	} else if (env && *env) {
+	} else if (env) {
 		long n = hex_key(env, strlen(env), ctx->auth_key, sizeof(ctx->auth_key));
 
 		if (n < VBI_AUTH_KEY_MIN)
 			return vbi_err(-EINVAL, "VERBUS_AUTH_KEY: %u..%u bytes in hex expected",
 				       VBI_AUTH_KEY_MIN, VBI_AUTH_KEY_MAX);
 		ctx->auth_key_len = (size_t)n;
-	} else if (file || ((file = getenv("VERBUS_AUTH_KEY_FILE")) && *file)) {
+	} else if (file || (file = env_file)) {
 		char buf[2 * VBI_AUTH_KEY_MAX + 256];
 		FILE *f = fopen(file, "r");
 		size_t got;

@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "proto/proto.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -55,11 +56,10 @@ static bool test_reserve_fails(void)
 	long v = atomic_load_explicit(&n, memory_order_relaxed);
 
 	if (v < 0) {
-		const char *e = getenv("VERBUS_TEST_CBQ_ENOMEM");
+		unsigned u = 0;
 
-		v = e && *e ? strtol(e, NULL, 10) : 0;
-		if (v < 0)
-			v = 0;
+		vbi_cfg_unsigned(VBI_CFG_TEST_CBQ_ENOMEM, &u); /* 0..1000000000 */
+		v = (long)u;
 		atomic_store_explicit(&n, v, memory_order_relaxed);
 	}
 	return v > 0 && atomic_fetch_sub_explicit(&n, 1, memory_order_relaxed) == 1;

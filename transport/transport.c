@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/mempool.h"
@@ -29,50 +30,29 @@ _Static_assert(VB_ACCESS_LOCAL_WRITE == VBT_ACCESS_LOCAL_WRITE &&
 /* rdma_cm's default UD Q_Key (RDMA_UDP_QKEY): never ours. */
 #define VBT_DEFAULT_QKEY 0x01234567u
 
-static int env_u(const char *name, unsigned max, unsigned *out)
+/* A uint8_t knob of the table (its range fits). */
+static void env_u8(enum vbi_cfg_id id, uint8_t *out)
 {
-	const char *s = getenv(name);
-	char *end;
-	unsigned long v;
+	unsigned v = 0;
 
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || *end || v > max) {
-		vbi_warn("ignoring %s=%s (expected 0..%u)", name, s, max);
-		return 0;
-	}
-	*out = (unsigned)v;
-	return 1;
+	vbi_cfg_unsigned(id, &v);
+	*out = (uint8_t)v;
 }
 
 void vbt_conn_param_init(struct vbt_conn_param *p)
 {
-	unsigned v;
-
 	memset(p, 0, sizeof(*p));
 	/* 4.096 us x 2^14 = 67 ms per try, 4 tries: a dead peer is reported
-	 * after ~268 ms on hardware (rxe rounds the timer to jiffies). */
-	p->timeout = 14;
-	p->retry_cnt = 3;
-	p->rnr_retry = 3;
-	p->min_rnr_timer = 12;
+	 * after ~268 ms on hardware (rxe rounds the timer to jiffies); the
+	 * defaults are the table's (core/config.c). */
+	env_u8(VBI_CFG_QP_TIMEOUT, &p->timeout);
+	env_u8(VBI_CFG_QP_RETRY_CNT, &p->retry_cnt);
+	env_u8(VBI_CFG_QP_RNR_RETRY, &p->rnr_retry);
+	env_u8(VBI_CFG_QP_MIN_RNR_TIMER, &p->min_rnr_timer);
 	p->max_rd_atomic = 1;
 	p->max_dest_rd_atomic = 1;
-	p->cm_timeout_ms = 5000;
-	if (env_u("VERBUS_QP_TIMEOUT", 31, &v))
-		p->timeout = (uint8_t)v;
-	if (env_u("VERBUS_QP_RETRY_CNT", 7, &v))
-		p->retry_cnt = (uint8_t)v;
-	if (env_u("VERBUS_QP_RNR_RETRY", 7, &v))
-		p->rnr_retry = (uint8_t)v;
-	if (env_u("VERBUS_QP_MIN_RNR_TIMER", 31, &v))
-		p->min_rnr_timer = (uint8_t)v;
-	if (env_u("VERBUS_UD_QKEY", 0x7fffffff, &v))
-		p->qkey = v;
-	if (env_u("VERBUS_CM_TIMEOUT_MS", 3600 * 1000, &v))
-		p->cm_timeout_ms = (int)v;
+	vbi_cfg_unsigned(VBI_CFG_UD_QKEY, &p->qkey);
+	vbi_cfg_int(VBI_CFG_CM_TIMEOUT_MS, &p->cm_timeout_ms);
 }
 
 uint64_t vbt_conn_param_detect_us(const struct vbt_conn_param *p)

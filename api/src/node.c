@@ -5,20 +5,18 @@
  * proto/node.c; the diagnostic entry points proto/node_diag.c.
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "proto/proto.h"
+#include "core/config.h"
 #include "core/err.h"
 
 void vb_node_attr_init(vb_node_attr_t *a)
 {
-	const char *n = getenv("VERBUS_NODE_NAME");
-
 	memset(a, 0, sizeof(*a));
 	a->size = sizeof(*a);
-	a->name = n && *n ? n : "verbus";
+	vbi_cfg_str(VBI_CFG_NODE_NAME, &a->name); /* a string: never malformed */
 }
 
 int vb_node_create(vb_ctx_t *ctx, const vb_node_attr_t *attr, vb_node_t **out)

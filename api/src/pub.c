@@ -1,64 +1,35 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The publisher's public functions (facade): attributes with their defaults
- * and VERBUS_* overrides, attribute versioning, argument checks. What they
- * call is proto/pub.c (with pub_ordered.c, pub_frame.c, pub_fanout.c).
+ * and VERBUS_* overrides (core/config.c's table) and their check,
+ * attribute versioning, argument checks. What they call is proto/pub.c
+ * (with pub_ordered.c, pub_frame.c, pub_fanout.c).
  */
 #include <errno.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto.h"
+#include "core/config.h"
 #include "core/err.h"
-#include "core/log.h"
 
-#define SLOW_SUB_MS_MIN 10u
-#define SLOW_SUB_MS_MAX 3600000u
-
-static void env_pub(vb_pub_attr_t *a)
-{
-	const char *v = getenv("VERBUS_SLOW_SUB");
-	char *end;
-
-	if (v && *v) {
-		if (!strcmp(v, "cut"))
-			a->slow_policy = VB_SLOW_CUT;
-		else if (!strcmp(v, "block"))
-			a->slow_policy = VB_SLOW_BLOCK;
-		else
-			vbi_warn("VERBUS_SLOW_SUB='%s' ignored (cut or block)", v);
-	}
-	v = getenv("VERBUS_SLOW_SUB_MS");
-	if (v && *v) {
-		unsigned long n = strtoul(v, &end, 10);
-
-		if (*end || n < SLOW_SUB_MS_MIN || n > SLOW_SUB_MS_MAX)
-			vbi_warn("VERBUS_SLOW_SUB_MS='%s' ignored (%u..%u)", v, SLOW_SUB_MS_MIN,
-				 SLOW_SUB_MS_MAX);
-		else
-			a->slow_sub_ms = (unsigned)n;
-	}
-	v = getenv("VERBUS_RETAIN_BYTES");
-	if (v && *v) {
-		unsigned long long n = strtoull(v, &end, 10);
-
-		if (*end)
-			vbi_warn("VERBUS_RETAIN_BYTES='%s' ignored (bytes, 0 = no bound)", v);
-		else
-			a->retain_bytes = (size_t)n;
-	}
-}
+/* The variables vb_pub_attr_init() reads: vb_pub_create() refuses a
+ * malformed one (attr_init kept the default). */
+static const enum vbi_cfg_id pub_vars[] = {
+	VBI_CFG_SLOW_SUB, VBI_CFG_SLOW_SUB_MS, VBI_CFG_RETAIN_BYTES,
+};
 
 void vb_pub_attr_init(vb_pub_attr_t *a)
 {
+	unsigned u = 0;
+
 	memset(a, 0, sizeof(*a));
 	a->size = sizeof(*a);
 	a->linger_ms = 2000;
-	a->slow_policy = VB_SLOW_CUT;
-	a->slow_sub_ms = 2000;
-	a->retain_bytes = (size_t)64 << 20;
-	env_pub(a);
+	vbi_cfg_unsigned(VBI_CFG_SLOW_SUB, &u);
+	a->slow_policy = (vb_slow_policy_t)u;
+	vbi_cfg_unsigned(VBI_CFG_SLOW_SUB_MS, &a->slow_sub_ms);
+	vbi_cfg_size(VBI_CFG_RETAIN_BYTES, &a->retain_bytes);
 }
 
 /* An attribute struct from an older header: what it lacks keeps its
@@ -80,12 +51,16 @@ static const vb_pub_attr_t *attr_full(const vb_pub_attr_t *attr, vb_pub_attr_t *
 int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_pub_attr_t *attr,
 		  vb_pub_t **out)
 {
+	const struct vbi_cfg_var *ms;
 	vb_pub_attr_t def;
 	int rc;
 
 	if (!node || !out)
 		return vbi_err(-EINVAL, "vb_pub_create: NULL argument");
 	*out = NULL;
+	for (unsigned i = 0; i < sizeof(pub_vars) / sizeof(pub_vars[0]); i++)
+		if ((rc = vbi_cfg_check(pub_vars[i])))
+			return rc;
 	if ((rc = vbi_check_topic(topic)))
 		return rc;
 	if (cls != VB_ORDERED && cls != VB_FANOUT)
@@ -97,10 +72,11 @@ int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_p
 	if (attr->slow_policy != VB_SLOW_CUT && attr->slow_policy != VB_SLOW_BLOCK)
 		return vbi_err(-EINVAL, "slow_policy %d unknown (VB_SLOW_CUT or VB_SLOW_BLOCK)",
 			       (int)attr->slow_policy);
+	ms = vbi_cfg_var(VBI_CFG_SLOW_SUB_MS); /* one range for the field and the variable */
 	if (attr->slow_policy == VB_SLOW_CUT &&
-	    (attr->slow_sub_ms < SLOW_SUB_MS_MIN || attr->slow_sub_ms > SLOW_SUB_MS_MAX))
-		return vbi_err(-EINVAL, "slow_sub_ms %u out of range (%u..%u)", attr->slow_sub_ms,
-			       SLOW_SUB_MS_MIN, SLOW_SUB_MS_MAX);
+	    (attr->slow_sub_ms < ms->min || attr->slow_sub_ms > ms->max))
+		return vbi_err(-EINVAL, "slow_sub_ms %u out of range (%llu..%llu)", attr->slow_sub_ms,
+			       (unsigned long long)ms->min, (unsigned long long)ms->max);
 	return vbi_pub_create(node, topic, cls, attr, out);
 }
 

@@ -286,8 +286,15 @@ typedef struct vb_ctx_attr {
 } vb_ctx_attr_t;
 
 /**
- * vb_ctx_attr_init() - defaults, then VERBUS_* environment overrides.
- * Thread-safe. An unparsable environment value is ignored with a warning.
+ * vb_ctx_attr_init() - defaults, then VERBUS_* environment overrides (every
+ * variable, its type, range and default: README.md, "Environment
+ * variables"; `vb_bench config` prints them with the values in force).
+ * Thread-safe (not against a concurrent setenv()). It cannot fail: a
+ * malformed or out-of-range value keeps the field's default and is logged,
+ * and vb_ctx_create() then refuses it (-EINVAL), so a bad value is an
+ * error, not a silent fallback. The same holds for vb_pub_attr_init() and
+ * vb_pub_create() (VERBUS_SLOW_SUB, VERBUS_SLOW_SUB_MS, VERBUS_RETAIN_BYTES);
+ * VERBUS_NODE_NAME is any text.
  */
 VB_EXPORT void vb_ctx_attr_init(vb_ctx_attr_t *attr);
 
@@ -295,9 +302,15 @@ VB_EXPORT void vb_ctx_attr_init(vb_ctx_attr_t *attr);
  * vb_ctx_create() - open the device, the registered pool, the completion
  * queue, the datagram endpoint for FANOUT, and (VB_PROGRESS_THREAD) start
  * the progress thread.
- * Returns 0; -EINVAL (bad attribute: the message names it); -ENODEV (no
- * such device; the message lists those present); -ENOMEM; other negative
- * errno from the device. On success *@out is owned by the caller.
+ * First it checks the environment: a VERBUS_* variable of the library set
+ * to a malformed or out-of-range value fails it with -EINVAL before
+ * anything is opened, vb_errmsg() naming the variable, its value (never a
+ * secret's) and what is allowed; a VERBUS_* name the library does not know
+ * is logged as a warning (a typo), and creation goes on.
+ * Returns 0; -EINVAL (a malformed VERBUS_* value, or a bad attribute: the
+ * message names it); -ENODEV (no such device; the message lists those
+ * present); -ENOMEM; other negative errno from the device. On success
+ * *@out is owned by the caller.
  */
 VB_EXPORT int vb_ctx_create(const vb_ctx_attr_t *attr, vb_ctx_t **out);
 
