@@ -363,7 +363,7 @@ typedef struct vb_stats {
 	uint64_t lanes_created, lanes_retired, standbys_warmed;
 	uint64_t recover_last_ns, recover_max_ns; /* failure -> traffic again */
 	uint64_t err_by_action[16]; /* completions + async events per recovery
-				     * action (vb_err_action_name) */
+				     * action (vb_recovery_action_name) */
 	/* FANOUT multicast (appended: older fields keep their offsets) */
 	uint64_t mcast_datagrams;    /* data datagrams posted to a group (each one
 				      * reaches every joined subscriber) */
