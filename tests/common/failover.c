@@ -15,6 +15,7 @@
 #include "tests/common/failover.h"
 #include "tests/common/msgcheck.h"
 #include "tests/common/proc.h"
+#include "tests/common/rxe_env.h"
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -606,11 +607,7 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 		topic_name(t, name, sizeof(name));
 		vb_pub_attr_init(&pa);
 		pa.ack_quorum = c->cls == VB_ORDERED ? 1 : 0;
-		/* A subscriber starved of CPU for seconds (sanitizers under TCG:
-		 * CI saw 2.5 s without an ACK before a fault) is not what these
-		 * runs test: the default 2 s cut would end its stream and lose
-		 * the rest. The cut itself is pubsub_slow_sub_test's. */
-		pa.slow_sub_ms = 60000;
+		pa.slow_sub_ms = VBT_NO_SLOW_CUT_MS;
 		thr[t].t = t;
 		thr[t].ctx = ctx;
 		thr[t].node = node;

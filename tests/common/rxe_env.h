@@ -11,6 +11,12 @@
 
 #define VBT_SKIP 77
 
+/* vb_pub_attr_t.slow_sub_ms for tests that are not about the slow-
+ * subscriber cut (that is pubsub_slow_sub_test's): under sanitizers in
+ * TCG a subscriber starved of CPU went 2.5-3 s without an ACK, and the
+ * default 2 s cut would end its stream and lose the rest. */
+#define VBT_NO_SLOW_CUT_MS 60000
+
 /* Device to use: $VERBUS_DEVICE, else "rxe0" when present, else the first.
  * Exits 77 (skip) or 1 (required but absent) when there is none. */
 const char *vbt_require_device(void);
