@@ -309,13 +309,17 @@ int vbi_wire_lane_rule(struct vbi_wire_lanes *st, bool connector, bool probe, ui
 	if (h->epoch <= st->epoch_rx)
 		return VBI_WLANE_EPOCH;
 	if (h->seq != lane_id) {
-		/* only a promoted probe is renumbered, by the connector, to a
-		 * number after every lane it has */
+		/* only a promoted probe is renumbered, by the connector, to the
+		 * number after every lane it had then: above the probe's own,
+		 * and maybe below a lane built after it whose HELLO came first
+		 * (another connection: no order between them) */
 		if (connector || !probe)
 			return VBI_WLANE_NAME;
-		if (h->seq <= st->max_lane_id || h->seq - st->max_lane_id > VBI_WIRE_LANE_ID_SLACK)
+		if (h->seq <= lane_id ||
+		    h->seq > (uint64_t)st->max_lane_id + VBI_WIRE_LANE_ID_SLACK)
 			return VBI_WLANE_RANGE;
-		st->max_lane_id = (uint32_t)h->seq;
+		if (h->seq > st->max_lane_id)
+			st->max_lane_id = (uint32_t)h->seq;
 		rc = VBI_WLANE_RENUMBER;
 	}
 	st->epoch_rx = h->epoch;

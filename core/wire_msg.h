@@ -224,11 +224,12 @@ struct vbi_wire_lanes {
 enum vbi_wire_lane_rc {
 	VBI_WLANE_OK = 0,        /* accepted; st->epoch_rx moved to h->epoch */
 	VBI_WLANE_RENUMBER = 1,  /* accepted: a promoted probe, renumbered to h->seq
-				  * (st->max_lane_id moved to it too) */
+				  * (st->max_lane_id raised to it if below) */
 	VBI_WLANE_WIDE = -1,     /* lane number beyond 32 bits */
 	VBI_WLANE_EPOCH = -2,    /* epoch not after st->epoch_rx */
 	VBI_WLANE_NAME = -3,     /* names another lane, and this is no promoted probe */
-	VBI_WLANE_RANGE = -4,    /* renumbering outside max_lane_id + 1 .. + SLACK */
+	VBI_WLANE_RANGE = -4,    /* renumbering outside lane_id + 1 .. max_lane_id
+				  * + SLACK */
 };
 
 /*

@@ -393,13 +393,24 @@ bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vb
 		return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (allowed "
 				   "%u..%u)", id, (unsigned long long)h->seq,
 				   p->max_lane_id + 1, p->max_lane_id + VBI_LANE_ID_SLACK);
-	case VBI_WLANE_RENUMBER:
+	case VBI_WLANE_RENUMBER: {
 		/* a promoted probe, renumbered by the connector after every
-		 * lane it has */
+		 * lane it had then: to a number no other lane of the peer has */
+		const struct vbi_lane *o;
+
 		pthread_mutex_lock(&p->txlock);
-		__atomic_store_n(&l->id, (uint32_t)h->seq, __ATOMIC_RELAXED);
+		for (o = p->lanes; o; o = o->next)
+			if (o != l && __atomic_load_n(&o->id, __ATOMIC_RELAXED) == h->seq)
+				break;
+		if (!o)
+			__atomic_store_n(&l->id, (uint32_t)h->seq, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&p->txlock);
+		if (o)
+			return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (lane "
+					   "%llu exists)", id, (unsigned long long)h->seq,
+					   (unsigned long long)h->seq);
 		break;
+	}
 	default:
 		break;
 	}

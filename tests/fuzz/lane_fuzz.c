@@ -7,8 +7,8 @@
  * the lane as vbi_lane_on_hello does), LANE frames through
  * vbi_wire_lane_rule (vbi_rule_lane_frame). Checks: accepted epochs
  * strictly increase; a refusal changes nothing; only a promoted probe on
- * the accepting side is renumbered, into max_lane_id + 1 .. + 64; the
- * highest lane number never goes down.
+ * the accepting side is renumbered, above its own number and to at most
+ * max_lane_id + 64; the highest lane number never goes down.
  */
 #include <string.h>
 
@@ -64,9 +64,10 @@ static void lane(struct lane_state *s, const struct vbi_wire_hdr *h)
 	FUZZ_CHECK(s->st.max_lane_id >= before.max_lane_id);
 	if (rc == VBI_WLANE_RENUMBER) {
 		FUZZ_CHECK(!s->connector && probe && h->seq != s->id);
-		FUZZ_CHECK(h->seq > before.max_lane_id &&
-			   h->seq - before.max_lane_id <= VBI_WIRE_LANE_ID_SLACK);
-		FUZZ_CHECK(s->st.max_lane_id == h->seq);
+		FUZZ_CHECK(h->seq > s->id &&
+			   h->seq <= (uint64_t)before.max_lane_id + VBI_WIRE_LANE_ID_SLACK);
+		FUZZ_CHECK(s->st.max_lane_id == (h->seq > before.max_lane_id ? h->seq
+									  : before.max_lane_id));
 		s->id = (uint32_t)h->seq;
 	} else {
 		FUZZ_CHECK(rc == VBI_WLANE_OK && h->seq == s->id);

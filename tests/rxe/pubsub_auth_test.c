@@ -10,7 +10,10 @@
  * standby lanes of its node with numbers that are not newer / far beyond
  * the ones it has. Each must be counted (malformed), reported
  * (VB_EV_PROTOCOL) and not acted on: no lane renumbered, no
- * LOC_QP_OP_ERR -> RESET_QP (err_by_action), and a real publisher then
+ * LOC_QP_OP_ERR -> RESET_QP (err_by_action). Then a probe lane and a
+ * standby numbered after the one the probe is promoted to (its HELLO
+ * first, as when a connector promotes and builds a standby at once): the
+ * promotion's LANE is accepted and switched to. A real publisher then
  * delivers every message once and in order.
  *
  * test_auth: a keyed victim (VERBUS auth_key). A raw client without the key
@@ -45,6 +48,7 @@
 #include <verbus/verbus.h>
 
 #include "core/wire.h"
+#include "core/wire_msg.h"
 #include "tests/common/msgcheck.h"
 #include "tests/common/proc.h"
 #include "tests/common/rxe_env.h"
@@ -372,7 +376,7 @@ static void send_lane(struct rawqp *q, uint64_t seq, uint32_t epoch)
 static void test_rules(void **state)
 {
 	struct raw r = { 0 };
-	struct rawqp a, b, c;
+	struct rawqp a, b, c, d, e;
 	uint8_t buf[RAW_SLOT];
 	uint64_t uid = 0x5a5a000100000000ull | (uint32_t)getpid();
 	uint16_t port = start_victim(0);
@@ -409,6 +413,24 @@ static void test_rules(void **state)
 	expect("standby HELLO with lane number 0x7fffffff", 1, 1, 0, 0);
 	assert_int_equal(ld(&sh->failovers), 0);
 
+	/* A promoted probe renumbered below a lane whose HELLO came first: the
+	 * connector numbered the probe 3 when it promoted it, then built
+	 * standby 4, whose HELLO (another connection: no order between them)
+	 * the victim took before the LANE. Allowed: the victim switches. */
+	raw_connect(&r, &d, port);
+	raw_send(&d, buf, hello(buf, uid, 2, VBI_WIRE_ROLE_MAX, NULL), NULL, NULL);
+	poll_for(&d, &d.got_hello, 10000);
+	assert_true(d.got_hello);
+	raw_connect(&r, &e, port);
+	raw_send(&e, buf, hello(buf, uid, 4, 1, NULL), NULL, NULL);
+	poll_for(&e, &e.got_hello, 10000);
+	assert_true(e.got_hello);
+	send_lane(&d, 3, 8);
+	for (uint64_t t0 = vbt_now_ms(); ld(&sh->failovers) < 1 && vbt_now_ms() - t0 < 10000;)
+		raw_poll(&d);
+	expect("LANE renumbering probe 2 to 3 after lane 4's HELLO", 0, 0, 0, 0);
+	assert_int_equal(ld(&sh->failovers), 1);
+
 	/* the victim still works: a real publisher, exactly once, in order */
 	assert_int_equal(real_publisher(port, NULL, sh->n_good), 0);
 	assert_int_equal(ld(&sh->reset_qp), 0);
@@ -416,6 +438,8 @@ static void test_rules(void **state)
 	raw_close(&a);
 	raw_close(&b);
 	raw_close(&c);
+	raw_close(&d);
+	raw_close(&e);
 	raw_fini(&r);
 	stop_victim();
 }

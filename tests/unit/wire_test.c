@@ -301,6 +301,46 @@ static void test_hostile_input(void **state)
 	assert_true(accepted > 0); /* the mutated half is often still valid */
 }
 
+/* LANE rules (docs/wire.md "Rules"), on the accepting side: a probe lane 2
+ * of a peer whose highest lane so far is 4 (a standby built after the
+ * promotion whose HELLO came first). */
+static void test_lane_renumber(void **state)
+{
+	struct vbi_wire_lanes st = { .max_lane_id = 4, .epoch_rx = 5 };
+	struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = 3, .epoch = 6 };
+	struct vbi_wire_lanes before;
+
+	(void)state;
+	/* the connector renumbered it 3 when it promoted it, then built 4 */
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 2, &h), VBI_WLANE_RENUMBER);
+	assert_int_equal(st.max_lane_id, 4); /* never goes down */
+	assert_int_equal(st.epoch_rx, 6);
+	/* above every lane: the highest number moves with it */
+	h.seq = 9;
+	h.epoch = 7;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 3, &h), VBI_WLANE_RENUMBER);
+	assert_int_equal(st.max_lane_id, 9);
+	before = st;
+	/* refused, nothing changes: back to its own number or below, beyond
+	 * the slack, not a probe, on the connecting side */
+	h.epoch = 8;
+	h.seq = 9;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 9, &h), VBI_WLANE_OK);
+	before = st;
+	h.epoch = 9;
+	h.seq = 8;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 9, &h), VBI_WLANE_RANGE);
+	h.seq = 9 + VBI_WIRE_LANE_ID_SLACK + 1;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 9, &h), VBI_WLANE_RANGE);
+	h.seq = 10;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, false, 9, &h), VBI_WLANE_NAME);
+	assert_int_equal(vbi_wire_lane_rule(&st, true, true, 9, &h), VBI_WLANE_NAME);
+	assert_memory_equal(&st, &before, sizeof(st));
+	h.seq = 9 + VBI_WIRE_LANE_ID_SLACK;
+	assert_int_equal(vbi_wire_lane_rule(&st, false, true, 9, &h), VBI_WLANE_RENUMBER);
+	assert_int_equal(st.max_lane_id, 9 + VBI_WIRE_LANE_ID_SLACK);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -309,6 +349,7 @@ int main(void)
 		cmocka_unit_test(test_len_overflow_is_truncated_not_trusted),
 		cmocka_unit_test(test_hostile_input),
 		cmocka_unit_test(test_batch),
+		cmocka_unit_test(test_lane_renumber),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
