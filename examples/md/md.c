@@ -162,6 +162,7 @@ static int run_feed(const struct opts *o)
 	if (ex_publish(ctl, &end, sizeof(end), &seq, 10000, NULL) ||
 	    vb_pub_wait_acked(ctl, seq, 30000)) {
 		fprintf(stderr, "feed: end of feed: %s\n", vb_errmsg());
+		vb_node_dump(node, stderr); /* its connections, to say why */
 		goto out;
 	}
 	vb_ctx_stats(ctx, &st);

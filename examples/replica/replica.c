@@ -195,6 +195,7 @@ static int run_writer(const struct opts *o)
 		if (ex_publish(log, buf, len, &seq, 10000, &retries) ||
 		    vb_pub_wait_acked(log, seq, 10000)) {
 			fprintf(stderr, "writer: record %" PRIu64 ": %s\n", i, vb_errmsg());
+			vb_node_dump(node, stderr); /* its connections, to say why */
 			goto out;
 		}
 		lat[i - 1] = ex_now_us() - t;
