@@ -28,12 +28,32 @@ static void test_inject(void **state)
 	c.fault = two_kinds;
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	fo_check(&c, &r);
-	/* LOC_PROT_ERR -> REREGISTER_AND_RESET, REM_ACCESS_ERR -> REFETCH_RKEY_RETRY */
-	for (unsigned i = 0; i < 16; i++) {
-		const char *n = vb_recovery_action_name(i);
+	/* LOC_PROT_ERR -> REREGISTER_AND_RESET: the publisher's own SEND, always
+	 * seen there. REM_ACCESS_ERR -> REFETCH_RKEY_RETRY when the WRITE's
+	 * NAK completes it; but the subscriber's QP fails on that WRITE too,
+	 * and when it switches and its LANE frame reaches the publisher first,
+	 * the publisher retires the lane and the WRITE completes flushed
+	 * (full test run, 3 Dec: REFETCH_RKEY_RETRY 0). Then the subscriber's
+	 * side of the fault is what shows: its QP failed (its receives flushed
+	 * unexpectedly: RESET_QP). */
+	{
+		uint64_t rereg = 0, refetch = 0, sub_reset = 0;
 
-		if (!strcmp(n, "REREGISTER_AND_RESET") || !strcmp(n, "REFETCH_RKEY_RETRY"))
-			assert_true(r.pub_stats.err_by_action[i] >= 1);
+		for (unsigned i = 0; i < 16; i++) {
+			const char *n = vb_recovery_action_name(i);
+
+			if (!strcmp(n, "REREGISTER_AND_RESET"))
+				rereg = r.pub_stats.err_by_action[i];
+			if (!strcmp(n, "REFETCH_RKEY_RETRY"))
+				refetch = r.pub_stats.err_by_action[i];
+			if (!strcmp(n, "RESET_QP"))
+				sub_reset = r.sub_stats.err_by_action[i];
+		}
+		assert_true(rereg >= 1);
+		if (!refetch)
+			printf("inject: the publisher saw no REM_ACCESS_ERR (the subscriber "
+			       "switched first); subscriber RESET_QP %" PRIu64 "\n", sub_reset);
+		assert_true(refetch >= 1 || sub_reset >= 1);
 	}
 	assert_true(r.pub_stats.failovers >= c.nfaults);
 }
