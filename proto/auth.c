@@ -392,7 +392,7 @@ bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vb
 	case VBI_WLANE_RANGE:
 		return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (allowed "
 				   "%u..%u)", id, (unsigned long long)h->seq,
-				   p->max_lane_id + 1, p->max_lane_id + VBI_LANE_ID_SLACK);
+				   id + 1, p->max_lane_id + VBI_LANE_ID_SLACK);
 	case VBI_WLANE_RENUMBER: {
 		/* a promoted probe, renumbered by the connector after every
 		 * lane it had then: to a number no other lane of the peer has */
@@ -406,8 +406,8 @@ bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vb
 			__atomic_store_n(&l->id, (uint32_t)h->seq, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&p->txlock);
 		if (o)
-			return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped (lane "
-					   "%llu exists)", id, (unsigned long long)h->seq,
+			return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped "
+					   "(another lane has that number)", id,
 					   (unsigned long long)h->seq);
 		break;
 	}
