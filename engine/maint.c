@@ -352,13 +352,18 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = node->ctx;
-	uint64_t now = vbi_mono_ns(), since;
+	uint64_t now, since;
 	bool need_lane, need_standby, need_probe, waiting_hello = false;
 	enum vb_qp_type mode;
 	struct vbi_lane *act;
 	int rc;
 
 	pthread_mutex_lock(&p->txlock);
+	/* read once the lock is held: the progress thread stamps a failure
+	 * (recover_since_ns), a HELLO (replaced_ns) and a new lane under it,
+	 * and an earlier reading is older than those stamps (now - since
+	 * would wrap: a peer given up 5 ms into its recovery) */
+	now = vbi_mono_ns();
 	/* read with the lane under txlock (failures are decided under it): a
 	 * DEGRADE in between must not leave us building the old mode */
 	mode = vbi_path_mode(&p->path);
