@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "proto/proto.h"
+#include "proto/pub_ordered.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -98,6 +99,7 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p)
 			}
 			*q = pp->next_in_pub;
 			pub->npeers--;
+			vbi_pub_keep_acked(pub, pp); /* it still counts for k-of-n */
 			free(pp);
 		}
 		pthread_mutex_unlock(&pub->lock);

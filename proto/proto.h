@@ -188,6 +188,13 @@ struct vb_pub {
 	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
 	atomic_uint cb_pending;    /* on_ack callbacks queued (cbq.c) */
 	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
+	/* ORDERED with ack_quorum k: what subscribers whose records went
+	 * (reaped, or subscribed again) acknowledged, the highest k at most:
+	 * it still counts towards quorum_seq. pub->lock. */
+	unsigned nleft;
+	struct vbi_left_ack {
+		uint64_t joined, acked;
+	} left[];                  /* ack_quorum entries */
 };
 
 struct vb_sub {

@@ -355,7 +355,7 @@ int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 	int rc;
 
 	*out = NULL;
-	pub = calloc(1, sizeof(*pub));
+	pub = calloc(1, sizeof(*pub) + (size_t)attr->ack_quorum * sizeof(pub->left[0]));
 	if (!pub)
 		return vbi_err(-ENOMEM, "publisher");
 	pub->node = node;

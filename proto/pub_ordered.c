@@ -38,16 +38,17 @@ uint64_t vbi_pub_release(struct vb_pub *pub)
 	unsigned n = 0;
 
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
-		if (pp->dead)
-			continue;
-		if (pp->acked < min)
+		if (!pp->dead && pp->acked < min)
 			min = pp->acked;
 		/* Only a subscriber that was there for the first message not yet
 		 * k-of-n acknowledged counts: it delivered everything from there
-		 * up to its ACK. One that joined later did not get that message. */
+		 * up to its ACK. One that joined later did not get that message.
+		 * One that left (dead) counts for what it acknowledged before. */
 		if (n < VBI_MAX_PEERS)
 			acked[n++] = pp->joined <= pub->quorum_seq ? pp->acked : 0;
 	}
+	for (unsigned i = 0; i < pub->nleft && n < VBI_MAX_PEERS; i++)
+		acked[n++] = pub->left[i].joined <= pub->quorum_seq ? pub->left[i].acked : 0;
 	if (min > pub->win.acked) {
 		vbi_txwin_ack(&pub->win, min, vbi_pub_release_msg, pub);
 		atomic_store_explicit(&pub->win_full, false, memory_order_relaxed);
@@ -59,6 +60,28 @@ uint64_t vbi_pub_release(struct vb_pub *pub)
 			pub->quorum_seq = q;
 	}
 	return pub->quorum_seq;
+}
+
+void vbi_pub_keep_acked(struct vb_pub *pub, const struct vbi_pubpeer *pp)
+{
+	struct vbi_left_ack *slot = NULL;
+	unsigned k = pub->attr.ack_quorum;
+
+	if (pub->cls != VB_ORDERED || !k || pp->acked <= pub->quorum_seq)
+		return;
+	if (pub->nleft < k) {
+		slot = &pub->left[pub->nleft++];
+	} else {
+		/* full: the lowest goes (one at or below quorum_seq counts for
+		 * nothing any more) */
+		for (unsigned i = 0; i < k; i++)
+			if (!slot || pub->left[i].acked < slot->acked)
+				slot = &pub->left[i];
+		if (slot->acked > pub->quorum_seq && slot->acked >= pp->acked)
+			return;
+	}
+	slot->joined = pp->joined;
+	slot->acked = pp->acked;
 }
 
 void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h)
@@ -197,6 +220,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 			pthread_mutex_lock(&peer->txlock);
 			pthread_mutex_lock(&pub->lock);
 			if (pp->dead && !peer->dead) {
+				vbi_pub_keep_acked(pub, pp); /* what it acknowledged before */
 				pp->joined = pp->sent = pp->acked = pub->cls == VB_ORDERED
 					? pub->win.next_seq - 1 : pub->fanout_seq;
 				pp->frag_sent = 0;

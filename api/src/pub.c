@@ -69,6 +69,9 @@ int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls, const vb_p
 		return vbi_err(-EINVAL, "vb_pub_attr_t not initialized with vb_pub_attr_init()");
 	if (attr->ack_quorum && cls != VB_ORDERED)
 		return vbi_err(-EINVAL, "ack_quorum needs VB_ORDERED");
+	if (attr->ack_quorum > VBI_MAX_PEERS)
+		return vbi_err(-EINVAL, "ack_quorum %u out of range (0..%u: a node has at most %u "
+			       "peers)", attr->ack_quorum, VBI_MAX_PEERS, VBI_MAX_PEERS);
 	if (attr->slow_policy != VB_SLOW_CUT && attr->slow_policy != VB_SLOW_BLOCK)
 		return vbi_err(-EINVAL, "slow_policy %d unknown (VB_SLOW_CUT or VB_SLOW_BLOCK)",
 			       (int)attr->slow_policy);

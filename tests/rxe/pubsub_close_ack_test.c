@@ -21,6 +21,16 @@
  *                 sees the count, with no hand-shake (the everyday case).
  * After each round the node and context of the subscriber are destroyed,
  * and every published message must be acknowledged within 10 s.
+ *
+ * test_quorum_after_leave: with ack_quorum 2 and two subscribers, one
+ * delivers everything, acknowledges and leaves for good (its context
+ * destroyed, its peer reaped by the publisher) before the other
+ * acknowledges the last message; when that one does, the message has been
+ * delivered by 2, and vb_pub_wait_acked() returns 0. Found by examples_test
+ * (md under ASan: three subscribers, quorum 3, each leaving right after it
+ * acknowledged; "0 of 3 acknowledgements (0 subscribers)"): the quorum was
+ * taken over the subscribers still there only, so one that acknowledged
+ * and left was forgotten.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -174,6 +184,139 @@ static void run_round(vb_pub_t *pub, uint16_t port, enum how how, int round)
 				 how_name[how], WAIT_MS);
 }
 
+/* test_quorum_after_leave: the slow subscriber's last on_msg holds its
+ * progress thread (so it acknowledges nothing) until main says go. */
+struct hold {
+	uint64_t last, got;
+	int held, go;
+};
+
+static void on_msg_hold(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct hold *h = arg;
+
+	(void)sub;
+	__atomic_fetch_add(&h->got, 1, __ATOMIC_RELEASE);
+	if (m->seq != __atomic_load_n(&h->last, __ATOMIC_ACQUIRE))
+		return;
+	__atomic_store_n(&h->held, 1, __ATOMIC_RELEASE);
+	for (uint64_t t0 = vbt_now_ms(); !__atomic_load_n(&h->go, __ATOMIC_ACQUIRE); usleep(1000))
+		if (vbt_now_ms() - t0 > 3 * WAIT_MS)
+			return;
+}
+
+struct subside {
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_sub_t *sub;
+};
+
+static void sub_open(struct subside *s, const char *name, uint16_t port, vb_msg_fn fn, void *arg)
+{
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_sub_attr_t sa;
+
+	ctx_attr(&ca);
+	if (vb_ctx_create(&ca, &s->ctx))
+		fail_msg("%s ctx: %s", name, vb_errmsg());
+	vb_node_attr_init(&na);
+	na.name = name;
+	assert_int_equal(vb_node_create(s->ctx, &na, &s->node), 0);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = fn;
+	sa.arg = arg;
+	assert_int_equal(vb_sub_create(s->node, TOPIC, VB_ORDERED, &sa, &s->sub), 0);
+	if (vb_node_connect(s->node, vbt_test_ip(), port))
+		fail_msg("%s connect: %s", name, vb_errmsg());
+}
+
+static void sub_close(struct subside *s)
+{
+	assert_int_equal(vb_sub_destroy(s->sub), 0);
+	assert_int_equal(vb_node_destroy(s->node), 0);
+	assert_int_equal(vb_ctx_destroy(s->ctx), 0);
+}
+
+static void test_quorum_after_leave(void **state)
+{
+	static struct hold fast, slow;
+	vb_ctx_attr_t ca;
+	vb_node_attr_t na;
+	vb_pub_attr_t pa;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_pub_t *pub;
+	struct subside a, b;
+	vb_stats_t st;
+	uint8_t buf[64] = { 0 };
+	uint64_t seq = 0, reaped, t0;
+	int rc;
+
+	(void)state;
+	ctx_attr(&ca);
+	if (vb_ctx_create(&ca, &ctx))
+		fail_msg("pub ctx: %s", vb_errmsg());
+	vb_node_attr_init(&na);
+	na.name = "qa-pub";
+	na.listen_ip = vbt_test_ip();
+	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
+	vb_pub_attr_init(&pa);
+	pa.ack_quorum = 1025; /* more than a node's peers: never reached, refused */
+	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), -EINVAL);
+	pa.ack_quorum = 2;
+	pa.slow_sub_ms = VBT_NO_SLOW_CUT_MS; /* the held subscriber is not cut */
+	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), 0);
+	__atomic_store_n(&fast.last, ROUND_MSGS, __ATOMIC_RELEASE);
+	__atomic_store_n(&slow.last, ROUND_MSGS, __ATOMIC_RELEASE);
+	__atomic_store_n(&fast.go, 1, __ATOMIC_RELEASE);
+	sub_open(&a, "qa-fast", vb_node_port(node), on_msg_hold, &fast);
+	sub_open(&b, "qa-slow", vb_node_port(node), on_msg_hold, &slow);
+	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) < 2; usleep(2000))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%d of 2 subscribers after %d ms", vb_pub_subscribers(pub), WAIT_MS);
+	for (unsigned i = 0; i < ROUND_MSGS; i++) {
+		for (t0 = vbt_now_ms(); (rc = vb_publish(pub, buf, sizeof(buf), &seq)) == -EAGAIN;
+		     sched_yield())
+			if (vbt_now_ms() - t0 > WAIT_MS)
+				fail_msg("publish: -EAGAIN for %d ms: %s", WAIT_MS, vb_errmsg());
+		assert_int_equal(rc, 0);
+	}
+	assert_int_equal(seq, ROUND_MSGS);
+	/* the fast one has everything and acknowledged it (quorum 1 of 2 so
+	 * far: the slow one holds its last delivery) */
+	for (t0 = vbt_now_ms(); __atomic_load_n(&fast.got, __ATOMIC_ACQUIRE) < ROUND_MSGS ||
+				!__atomic_load_n(&slow.held, __ATOMIC_ACQUIRE); usleep(2000))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("fast %" PRIu64 ", slow %" PRIu64 " of %u delivered after %d ms",
+				 fast.got, slow.got, ROUND_MSGS, WAIT_MS);
+	vb_ctx_stats(ctx, &st);
+	reaped = st.peers_reaped;
+	sub_close(&a); /* its final ACK goes before its BYE */
+	/* gone from the publisher for good: its peer reaped */
+	for (t0 = vbt_now_ms();; usleep(2000)) {
+		vb_ctx_stats(ctx, &st);
+		if (st.peers_reaped > reaped && vb_pub_subscribers(pub) == 1)
+			break;
+		if (vbt_now_ms() - t0 > 3 * WAIT_MS)
+			fail_msg("the fast subscriber not reaped %d ms after it left (subscribers %d)",
+				 3 * WAIT_MS, vb_pub_subscribers(pub));
+	}
+	/* 1 of 2 delivered the last message: not acknowledged yet */
+	assert_int_equal(vb_pub_wait_acked(pub, seq, 0), -ETIMEDOUT);
+	__atomic_store_n(&slow.go, 1, __ATOMIC_RELEASE);
+	rc = vb_pub_wait_acked(pub, seq, WAIT_MS);
+	printf("quorum 2: one subscriber acknowledged %u and left, the other acknowledged after: "
+	       "%s\n", ROUND_MSGS, rc ? vb_errmsg() : "acknowledged by 2");
+	if (rc)
+		fail_msg("2 subscribers delivered seq %" PRIu64 ", one of them left before the other "
+			 "acknowledged it: %s", seq, vb_errmsg());
+	sub_close(&b);
+	assert_int_equal(vb_pub_destroy(pub), 0);
+	assert_int_equal(vb_node_destroy(node), 0);
+	assert_int_equal(vb_ctx_destroy(ctx), 0);
+}
+
 static void test_close_ack(void **state)
 {
 	vb_ctx_attr_t ca;
@@ -207,6 +350,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_ack),
+		cmocka_unit_test(test_quorum_after_leave),
 	};
 
 	vbt_require_device();

@@ -599,7 +599,8 @@ typedef enum vb_slow_policy {
 
 typedef struct vb_pub_attr {
 	size_t size;
-	unsigned ack_quorum;    /* ORDERED: k for k-of-n acknowledgements (0 = off) */
+	unsigned ack_quorum;    /* ORDERED: k for k-of-n acknowledgements (0 = off, at
+				 * most 1024: a node's peers) */
 	vb_ack_fn on_ack;       /* may be NULL */
 	void *arg;
 	unsigned linger_ms;     /* ORDERED: vb_pub_destroy() waits up to this long
@@ -623,10 +624,10 @@ VB_EXPORT void vb_pub_attr_init(vb_pub_attr_t *attr);
 
 /**
  * vb_pub_create() - a publisher of @topic (1..63 bytes) with @cls on @node.
- * Returns 0, -EINVAL (also slow_policy unknown or slow_sub_ms out of
- * range), -EEXIST (this node already publishes @topic), -ENOMEM. An attr
- * from an older header (smaller size) gets the defaults for the fields it
- * lacks.
+ * Returns 0, -EINVAL (also slow_policy unknown, slow_sub_ms out of range,
+ * ack_quorum above 1024 or without VB_ORDERED), -EEXIST (this node already
+ * publishes @topic), -ENOMEM. An attr from an older header (smaller size)
+ * gets the defaults for the fields it lacks.
  */
 VB_EXPORT int vb_pub_create(vb_node_t *node, const char *topic, vb_class_t cls,
 			    const vb_pub_attr_t *attr, vb_pub_t **out);
