@@ -50,6 +50,7 @@
 
 #include "tests/common/msgcheck.h"
 #include "tests/common/proc.h"
+#include "tests/common/pubsub.h"
 #include "tests/common/rxe_env.h"
 
 #define TOPIC "ca.orders"
@@ -241,11 +242,9 @@ static void sub_close(struct subside *s)
 static void test_quorum_after_leave(void **state)
 {
 	static struct hold fast, slow;
-	vb_ctx_attr_t ca;
-	vb_node_attr_t na;
+	vb_ctx_t *ctx = vbt_ctx_open(NULL);
+	vb_node_t *node = vbt_node_open(ctx, "qa-pub", true);
 	vb_pub_attr_t pa;
-	vb_ctx_t *ctx;
-	vb_node_t *node;
 	vb_pub_t *pub;
 	struct subside a, b;
 	vb_stats_t st;
@@ -254,13 +253,6 @@ static void test_quorum_after_leave(void **state)
 	int rc;
 
 	(void)state;
-	ctx_attr(&ca);
-	if (vb_ctx_create(&ca, &ctx))
-		fail_msg("pub ctx: %s", vb_errmsg());
-	vb_node_attr_init(&na);
-	na.name = "qa-pub";
-	na.listen_ip = vbt_test_ip();
-	assert_int_equal(vb_node_create(ctx, &na, &node), 0);
 	vb_pub_attr_init(&pa);
 	pa.ack_quorum = 1025; /* more than a node's peers: never reached, refused */
 	assert_int_equal(vb_pub_create(node, TOPIC, VB_ORDERED, &pa, &pub), -EINVAL);
