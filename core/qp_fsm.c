@@ -449,3 +449,32 @@ int vbi_qp_mirror_recent(const struct vbi_qp_mirror *m, unsigned int i,
 	*out = m->ring[(m->transitions - 1 - i) % VBI_QP_MIRROR_RING];
 	return 0;
 }
+
+/* ---- transition times of every QP of a device ------------------------- */
+
+unsigned vbi_qp_timing_bucket(uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	unsigned b = us ? 64u - (unsigned)__builtin_clzll(us) : 0;
+
+	return b < VBI_QPT_HIST ? b : VBI_QPT_HIST - 1;
+}
+
+void vbi_qp_timing_record(struct vbi_qp_timing *t, enum vb_qp_state from, enum vb_qp_state to,
+			  uint64_t ns)
+{
+	struct vbi_qp_timing_cell *c;
+	uint64_t max;
+
+	if ((unsigned)from >= VB_QPS__COUNT || (unsigned)to >= VB_QPS__COUNT)
+		return;
+	c = &t->t[from][to];
+	__atomic_fetch_add(&c->n, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&c->total_ns, ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->last_ns, ns, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&c->hist[vbi_qp_timing_bucket(ns)], 1, __ATOMIC_RELAXED);
+	max = __atomic_load_n(&c->max_ns, __ATOMIC_RELAXED);
+	while (ns > max && !__atomic_compare_exchange_n(&c->max_ns, &max, ns, true,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}

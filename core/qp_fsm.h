@@ -119,6 +119,28 @@ struct vbi_qp_mirror {
 	struct vbi_qp_transition ring[VBI_QP_MIRROR_RING];
 };
 
+/* ---- transition times of every QP of a device ------------------------- */
+
+/* Histogram buckets: 0 is under 1 us, i (1..14) is [2^(i-1), 2^i) us, 15
+ * is 16.384 ms and more. */
+#define VBI_QPT_HIST 16
+
+/* Per (from, to): how many, their sum, the longest, the last, and the
+ * histogram. Atomic (relaxed): recorded by the thread that modified the
+ * QP, read by the stat thread; no lock. */
+struct vbi_qp_timing {
+	struct vbi_qp_timing_cell {
+		_Atomic uint64_t n, total_ns, max_ns, last_ns;
+		_Atomic uint64_t hist[VBI_QPT_HIST];
+	} t[VB_QPS__COUNT][VB_QPS__COUNT];
+};
+
+/* Bucket of a duration (see VBI_QPT_HIST). */
+unsigned vbi_qp_timing_bucket(uint64_t ns);
+/* Account a modify from -> to that took @ns (out of range states: none). */
+void vbi_qp_timing_record(struct vbi_qp_timing *t, enum vb_qp_state from, enum vb_qp_state to,
+			  uint64_t ns);
+
 /* A fresh QP of type t: state RESET, no history. */
 void vbi_qp_mirror_init(struct vbi_qp_mirror *m, enum vb_qp_type t);
 

@@ -67,6 +67,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/qp_fsm.h"
 #include "core/qp_types.h"
 
 struct vbt_ops;
@@ -187,6 +188,10 @@ struct vbt_dev_attr {
 struct vbt_dev {
 	const struct vbt_ops *ops;
 	struct vbt_dev_caps caps; /* filled at open; port_state is not live */
+	/* where its QPs' state changes are timed (the transport's qp_modify
+	 * records each, on the modifying thread); NULL: nowhere. Set by the
+	 * opener right after dev_open; the aggregate is the opener's. */
+	struct vbi_qp_timing *qp_timing;
 };
 
 struct vbt_pd {

@@ -476,6 +476,37 @@ static void test_mirror(void **state)
 	assert_int_equal(vbi_qp_mirror_record(&m, VB_QPS_RESET, VB_QPS_ERR, 1), -EINVAL);
 }
 
+/* The transition-time aggregate of the counters file (vb_stat's QP
+ * section): buckets by powers of two of microseconds, max and last kept. */
+static void test_timing(void **state)
+{
+	struct vbi_qp_timing t;
+	const struct vbi_qp_timing_cell *c = &t.t[VB_QPS_INIT][VB_QPS_RTR];
+
+	(void)state;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(vbi_qp_timing_bucket(0), 0);
+	assert_int_equal(vbi_qp_timing_bucket(999), 0);      /* under 1 us */
+	assert_int_equal(vbi_qp_timing_bucket(1000), 1);     /* [1, 2) us */
+	assert_int_equal(vbi_qp_timing_bucket(1999), 1);
+	assert_int_equal(vbi_qp_timing_bucket(2000), 2);     /* [2, 4) us */
+	assert_int_equal(vbi_qp_timing_bucket(16383999), 14); /* [8192, 16384) us */
+	assert_int_equal(vbi_qp_timing_bucket(16384000), 15); /* 16.384 ms and more */
+	assert_int_equal(vbi_qp_timing_bucket(UINT64_MAX), 15);
+	vbi_qp_timing_record(&t, VB_QPS_INIT, VB_QPS_RTR, 5000);
+	vbi_qp_timing_record(&t, VB_QPS_INIT, VB_QPS_RTR, 300000);
+	vbi_qp_timing_record(&t, VB_QPS_INIT, VB_QPS_RTR, 1500);
+	vbi_qp_timing_record(&t, VB_QPS__COUNT, VB_QPS_RTR, 7); /* out of range: nowhere */
+	assert_int_equal(c->n, 3);
+	assert_int_equal(c->total_ns, 306500);
+	assert_int_equal(c->max_ns, 300000);
+	assert_int_equal(c->last_ns, 1500);
+	assert_int_equal(c->hist[1], 1);
+	assert_int_equal(c->hist[3], 1); /* 5 us */
+	assert_int_equal(c->hist[9], 1); /* 300 us: [256, 512) */
+	assert_int_equal(t.t[VB_QPS_RESET][VB_QPS_INIT].n, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +518,7 @@ int main(void)
 		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_cur_state_and_in_place),
 		cmocka_unit_test(test_mirror),
+		cmocka_unit_test(test_timing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -199,6 +199,8 @@ int vbv_qp_modify(struct vbt_qp *qp, const struct vbt_qp_attr *attr, uint32_t ma
 	}
 	if (vbi_qp_mirror_record(&q->mirror, from, to, dt))
 		vbi_qp_mirror_set(&q->mirror, to); /* validated above: cannot happen */
+	if (qp->pd->dev->qp_timing)
+		vbi_qp_timing_record(qp->pd->dev->qp_timing, from, to, dt);
 	__atomic_store_n(&qp->state, to, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&q->lock);
 	vbi_debug("QP %u %s->%s in %.1f us", qp->qpn, vbi_qp_state_name(from),
