@@ -2,7 +2,7 @@
 /*
  * vb_bench config: every VERBUS_* variable of the library, its default and
  * the value in force (like `ucx_info -c`), from the one table
- * (core/config.c); until vb_stat --config exists, the operators' view.
+ * (core/config.c); vb_stat --config prints the same.
  */
 #include <stdio.h>
 #include <string.h>

@@ -80,6 +80,8 @@ enum vbi_cfg_id {
 	VBI_CFG_UD_QKEY,
 	VBI_CFG_MEMPOOL_CHUNK,
 	VBI_CFG_MEMPOOL_CAP,
+	VBI_CFG_STAT_DIR,
+	VBI_CFG_STAT_MS,
 	/* test hooks (read by the library, set by the tests) */
 	VBI_CFG_TEST_DROP_EVERY,
 	VBI_CFG_TEST_CBQ_ENOMEM,

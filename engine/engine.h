@@ -260,6 +260,15 @@ struct vbi_peer {
 	struct vbi_lane *setup_lane;
 	struct vbi_peer *connect_next;
 	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
+	/* its last lane failure: the reason (static), the recovery action
+	 * (enum vbi_err_action), the lane, when (vbi_mono_ns; 0: none). txlock
+	 * (lane_failover.c writes, the stat thread reads) */
+	const char *last_fail_why;
+	uint8_t last_fail_act;
+	uint32_t last_fail_lane;
+	uint64_t last_fail_ns;
+	atomic_uint_fast64_t retransmits; /* messages resent to it: after a lane
+					   * switch, a NAK or a timeout */
 	bool rx_unreliable;      /* DATA currently arrives on a UC/UD lane (progress) */
 	struct vbi_lane *probe;  /* connector, degraded: the RC probe lane (txlock) */
 	uint64_t probe_ns;       /* last probe reported (maintenance thread) */
@@ -441,7 +450,14 @@ struct vb_ctx {
 		atomic_uint_fast64_t devices_removed, devices_released;
 		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
 		atomic_uint_fast64_t auth_refused, pool_regs_progress;
+		atomic_uint_fast64_t lanes_drained, drain_last_ns, drain_max_ns;
 	} st;
+	/* how long the state changes of its QPs took, on every device (each
+	 * device's qp_timing points here; written by the modifying threads,
+	 * atomic; read by the stat thread) */
+	struct vbi_qp_timing qp_timing;
+	struct vbi_statfile *statf; /* the counters file and its stat thread
+				     * (proto/statfile.c); NULL: off */
 	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
 	uint64_t reap_ns;          /* progress: last dev_reap try */

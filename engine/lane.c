@@ -302,8 +302,10 @@ void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_
 		atomic_fetch_add_explicit(&ctx->st.credit_resyncs, 1, memory_order_relaxed);
 	}
 	n = ctx->up->peer_rto(p, now_ns, rto);
-	if (n)
+	if (n) {
 		atomic_fetch_add_explicit(&ctx->st.rto_retransmits, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->retransmits, n, memory_order_relaxed);
+	}
 }
 
 /* Control frames may use the last credit (data keeps one in reserve so
@@ -505,7 +507,29 @@ static bool swept_since_reset(struct vbi_lane *l)
 	return n >= l->retire_sweep;
 }
 
+static bool retire_drained(struct vbi_lane *l);
+
 bool vbi_lane_retire_drained(struct vbi_lane *l)
+{
+	struct vb_ctx *ctx = l->node->ctx;
+	uint64_t ns, max;
+
+	if (!retire_drained(l))
+		return false;
+	/* true once: the caller unlinks and frees it next; its drain time
+	 * (vb_stats_t.drain_last_ns) runs from vbi_lane_retire_start */
+	ns = vbi_mono_ns() - l->retire_ns;
+	atomic_fetch_add_explicit(&ctx->st.lanes_drained, 1, memory_order_relaxed);
+	atomic_store_explicit(&ctx->st.drain_last_ns, ns, memory_order_relaxed);
+	max = atomic_load_explicit(&ctx->st.drain_max_ns, memory_order_relaxed);
+	while (ns > max && !atomic_compare_exchange_weak_explicit(&ctx->st.drain_max_ns, &max, ns,
+								   memory_order_relaxed,
+								   memory_order_relaxed))
+		;
+	return true;
+}
+
+static bool retire_drained(struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	uint32_t out, recvs;

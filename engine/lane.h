@@ -68,6 +68,7 @@ void vbi_lane_retire(struct vbi_lane *l);
  *     it completed before is consumed: nothing in the CQ points into it
  *     any more), or nothing will complete (no QP, the device is gone).
  *     After 10 s without its flushes it moves the QP to RESET itself.
+ *     Its true is counted (vb_stats_t.lanes_drained, drain_last_ns/max).
  *     The sweep is the progress thread's, or under VB_PROGRESS_APP the
  *     application's vb_progress().
  *  3. vbi_lane_unlink: off its peer's lanes, its send ring released.

@@ -270,6 +270,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 		p->probe = NULL;
 
 	atomic_fetch_add(&ctx->st.retransmits, n);
+	atomic_fetch_add_explicit(&p->retransmits, n, memory_order_relaxed);
 	/* What we received from it is acknowledged again at once (our ACKs
 	 * in flight on the old lane are lost), so its retransmission skips
 	 * it: the progress thread, which owns the receive streams, does it
@@ -304,6 +305,10 @@ static void log_failed(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_acti
 {
 	char sw[48] = "";
 
+	p->last_fail_why = atomic_load(&l->fail_why);
+	p->last_fail_act = (uint8_t)act;
+	p->last_fail_lane = l->id;
+	p->last_fail_ns = vbi_mono_ns();
 	if (to)
 		snprintf(sw, sizeof(sw), "; switched to standby lane %u", to->id);
 	vbi_warn("peer '%s': lane %u (QP %u on %s) failed: %s -> %s%s", p->name, l->id,
@@ -312,7 +317,8 @@ static void log_failed(struct vbi_peer *p, struct vbi_lane *l, enum vbi_err_acti
 		 vbi_err_action_name(act), sw);
 }
 
-/* The failure of lane @l (disruptive action @act): txlock held. Returns
+/* The failure of lane @l (disruptive action @act): txlock held (also for
+ * log_failed, which keeps it as the peer's last failure). Returns
  * true when the peer must be given up (no lane can be had). A switch to
  * the standby is logged once done: the LANE frame goes before the log
  * line's write (to a slow log file, a pipe). */

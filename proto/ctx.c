@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "proto/proto.h"
+#include "proto/statfile.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -90,6 +91,7 @@ static int devres_open(struct vb_ctx *ctx, unsigned idx, const char *name, const
 	rc = ctx->ops->dev_open(&da, &dr->dev);
 	if (rc)
 		return vbi_err_prefix(rc, "%s device", idx ? "standby" : "primary");
+	dr->dev->qp_timing = &ctx->qp_timing; /* before its first QP */
 	snprintf(dr->name, sizeof(dr->name), "%s", dr->dev->caps.name);
 	rc = ctx->ops->pd_alloc(dr->dev, &dr->pd);
 	if (rc)
@@ -292,6 +294,11 @@ int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out)
 		if (rc)
 			goto err;
 	}
+	/* An operator's view, not the product: a counters file that cannot
+	 * be made is logged, the context works without it. */
+	if (vbi_statfile_open(ctx, &ctx->statf))
+		vbi_warn("vb_ctx_create: no counters file (vb_stat will not see this "
+			 "context): %s", vbi_errmsg());
 	*out = ctx;
 	return 0;
 err:
@@ -316,6 +323,8 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 		return vbi_err(-EBUSY, "context still has nodes: destroy them first");
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	vbi_statfile_close(ctx->statf, true); /* first: its thread reads the context */
+	ctx->statf = NULL;
 	atomic_store(&ctx->stop, true);
 	if (ctx->thread_running)
 		pthread_join(ctx->thread, NULL);
@@ -428,6 +437,9 @@ void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	st->rto_retransmits = atomic_load(&ctx->st.rto_retransmits);
 	st->credit_resyncs = atomic_load(&ctx->st.credit_resyncs);
 	st->probes = atomic_load(&ctx->st.probes);
+	st->lanes_drained = atomic_load(&ctx->st.lanes_drained);
+	st->drain_last_ns = atomic_load(&ctx->st.drain_last_ns);
+	st->drain_max_ns = atomic_load(&ctx->st.drain_max_ns);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);

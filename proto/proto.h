@@ -188,6 +188,7 @@ struct vb_pub {
 	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
 	atomic_uint cb_pending;    /* on_ack callbacks queued (cbq.c) */
 	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
+	atomic_uint_fast64_t backpressure; /* -EAGAIN returned (vbi_pub_refused) */
 	/* ORDERED with ack_quorum k: what subscribers whose records went
 	 * (reaped, or subscribed again) acknowledged, the highest k at most:
 	 * it still counts towards quorum_seq. pub->lock. */
@@ -216,6 +217,14 @@ struct vb_sub {
 };
 
 
+
+/* A publish of @pub refused with -EAGAIN: counted for the context and
+ * for the publisher (the counters file's publisher section). Any thread. */
+static inline void vbi_pub_refused(struct vb_pub *pub)
+{
+	atomic_fetch_add_explicit(&pub->node->ctx->st.backpressure, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&pub->backpressure, 1, memory_order_relaxed);
+}
 
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */
 enum vbi_cb_kind { VBI_CB_MSG, VBI_CB_GAP, VBI_CB_ACK, VBI_CB_END };

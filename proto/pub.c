@@ -96,7 +96,7 @@ int vbi_pub_claim(struct vb_pub *pub, size_t len, vb_claim_t *claim)
 	}
 	if (rc) {
 		if (rc == -EAGAIN)
-			atomic_fetch_add(&ctx->st.backpressure, 1);
+			vbi_pub_refused(pub);
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	m->owner = pub;
@@ -170,7 +170,7 @@ static int retain_full(struct vb_pub *pub, bool bytes)
 		w.held_ms = now > slow->stall_ns ? (now - slow->stall_ns) / 1000000 : 0;
 	}
 	pthread_mutex_unlock(&pub->lock);
-	atomic_fetch_add(&pub->node->ctx->st.backpressure, 1);
+	vbi_pub_refused(pub);
 	return vbi_err_lazy(-EAGAIN, full_fmt, &w, sizeof(w));
 }
 
@@ -266,7 +266,7 @@ int vbi_publish(struct vb_pub *pub, const void *data, size_t len, uint64_t *seq)
 		struct full_why w = { .inflight = pub->win.cap, .held_ms = UINT64_MAX };
 
 		copy_name(w.topic, sizeof(w.topic), pub->topic, sizeof(pub->topic));
-		atomic_fetch_add_explicit(&pub->node->ctx->st.backpressure, 1, memory_order_relaxed);
+		vbi_pub_refused(pub);
 		return vbi_err_lazy(-EAGAIN, full_fmt, &w, sizeof(w));
 	}
 	rc = vbi_pub_claim(pub, len, &c);

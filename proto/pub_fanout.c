@@ -260,7 +260,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	if ((rc = fanout_rehome(ctx, mp))) {
 		pthread_mutex_unlock(&ctx->ud_lock);
 		if (rc == -EAGAIN)
-			atomic_fetch_add(&ctx->st.backpressure, 1);
+			vbi_pub_refused(pub);
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	m = *mp;
@@ -309,7 +309,7 @@ done:
 full:
 	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&ctx->ud_lock);
-	atomic_fetch_add(&ctx->st.backpressure, 1);
+	vbi_pub_refused(pub);
 	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, %u needed)",
 		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nd * nfrag);
 }

@@ -176,8 +176,10 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		break;
 	}
 	pthread_mutex_unlock(&peer->txlock);
-	if (n)
+	if (n) {
 		atomic_fetch_add(&ctx->st.retransmits, n);
+		atomic_fetch_add_explicit(&peer->retransmits, n, memory_order_relaxed);
+	}
 }
 
 /*

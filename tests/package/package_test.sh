@@ -71,7 +71,8 @@ has libverbus-dev "$arch" /usr/include/verbus/verbus.h "$lib/libverbus.so" "$lib
 	"$lib/pkgconfig/verbus.pc" "$lib/cmake/verbus/verbus-config.cmake" \
 	"$lib/cmake/verbus/verbus-config-version.cmake" "$lib/cmake/verbus/verbusTargets.cmake" \
 	"$lib/cmake/verbus/verbusStaticTargets.cmake"
-has verbus-utils "$arch" /usr/bin/vb_bench /usr/share/man/man1/vb_bench.1.gz
+has verbus-utils "$arch" /usr/bin/vb_bench /usr/share/man/man1/vb_bench.1.gz \
+	/usr/bin/vb_stat /usr/share/man/man1/vb_stat.1.gz
 has verbus-doc all /usr/share/man/man7/verbus.7.gz /usr/share/man/man3/vb_publish.3.gz \
 	/usr/share/man/man3/vb_pub_commit.3.gz
 # the run-time package: the shared library (and Debian's doc files), no more
@@ -94,6 +95,8 @@ done
 "$here/../unit/install_test.sh" --tree "$root/usr" "$cc" "$version" || bad=1
 out=$("$root/usr/bin/vb_bench" --help 2>&1) && grep -q "usage: vb_bench" <<< "$out" ||
 	fail "vb_bench --help from the package: $out"
+out=$("$root/usr/bin/vb_stat" --config 2>&1) && grep -q "^VERBUS_STAT_DIR=" <<< "$out" ||
+	fail "vb_stat --config from the package: $out"
 n=0
 for page in "$root"/usr/share/man/man*/*.gz; do
 	# a .so link page renders the page it names: from the man directory

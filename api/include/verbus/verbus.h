@@ -445,6 +445,11 @@ typedef struct vb_stats {
 	 * stays quiet, so a subscriber that lost the tail and the first
 	 * announcements still reports the loss (vb_gap_fn). */
 	uint64_t heartbeats_sent;
+	/* retired connections (appended): a retired lane's QP goes to ERR and
+	 * its work requests flush before anything of it is freed or its QP
+	 * recycled (docs/lifecycle.md) */
+	uint64_t lanes_drained;      /* retired lanes whose flushes all came back */
+	uint64_t drain_last_ns, drain_max_ns; /* retirement -> drained */
 } vb_stats_t;
 
 /**

@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The context's counters file (layout: core/statfile.h; docs/operability.md,
+ * "Live counters"): created by vb_ctx_create() under VERBUS_STAT_DIR,
+ * rewritten every VERBUS_STAT_MS by the context's stat thread, removed by
+ * vb_ctx_destroy(). A process that crashes leaves it behind with its last
+ * figures (at most one interval old) and its pid: vb_stat reports it stale.
+ *
+ * Owner: the stat thread writes every part of the mapping after the
+ * header's immutable fields (written before it starts); vbi_statfile_close
+ * stops it before it unmaps. It reads the context as vb_ctx_stats() does,
+ * and each peer's lanes under the peer's txlock, once per interval.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/proto.h"
+#include "proto/statfile.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/errpolicy.h"
+#include "core/log.h"
+#include "core/rcu.h"
+#include "core/statfile.h"
+
+struct vbi_statfile {
+	struct vb_ctx *ctx;
+	struct vbi_stat_hdr *hdr;    /* the mapping (file_size bytes) */
+	size_t size;
+	char path[256];
+	pthread_t thread;
+	pthread_mutex_t mu;          /* stop + cond */
+	pthread_cond_t cond;
+	bool stop;
+};
+
+/* vb_stats_t, field by field, in its order (appending a field to vb_stats_t:
+ * add it here) */
+struct stat_field {
+	const char *name;
+	uint16_t off, size;
+	uint8_t kind;
+};
+
+#define C(f) { #f, offsetof(vb_stats_t, f), sizeof(((vb_stats_t *)0)->f), VBI_STAT_COUNTER }
+#define G(f) { #f, offsetof(vb_stats_t, f), sizeof(((vb_stats_t *)0)->f), VBI_STAT_GAUGE }
+static const struct stat_field fields[] = {
+	C(published), C(delivered), C(duplicates_dropped), C(gaps), C(lost), C(malformed),
+	C(sends_posted), C(frames_sent), C(batched_frames), C(inline_sends), C(backpressure),
+	C(acks_sent), C(acks_received), G(peers), G(sq_depth), G(rq_depth), G(cq_depth),
+	G(max_inline), G(sizing_clamped), G(pool_chunks), G(pool_registered), G(pool_in_use),
+	C(pool_registrations), C(failovers), C(rebuilds), C(path_downs), C(retransmits),
+	C(stale_frames), C(lanes_created), C(lanes_retired), C(standbys_warmed),
+	G(recover_last_ns), G(recover_max_ns), C(mcast_datagrams), C(mcast_joins),
+	C(mcast_join_failures), G(mcast_groups), C(degrades), C(promotions), C(naks_sent),
+	C(naks_received), C(rto_retransmits), C(credit_resyncs), C(probes), G(peers_degraded),
+	C(unacked_on_close), C(peer_switches), C(keepalives), C(devices_removed),
+	C(devices_released), C(events_dropped), C(peers_reaped), C(slow_cuts), C(slow_cut_msgs),
+	C(streams_ended), C(retain_full), C(pending_dropped), C(refused), C(auth_refused),
+	C(qp_pool_hits), C(qp_pool_misses), C(qps_recycled), C(qps_destroyed), C(qps_created),
+	G(qp_pool_parked), C(pool_registrations_progress), C(heartbeats_sent),
+	C(lanes_drained), G(drain_last_ns), G(drain_max_ns),
+};
+#undef C
+#undef G
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+#define NVALS (NFIELDS + VBI_ACT__COUNT) /* + err_by_action[] */
+
+#define VBI_STR2(x) #x
+#define VBI_STR(x) VBI_STR2(x)
+#define VBI_VERSION_STR \
+	VBI_STR(VB_VERSION_MAJOR) "." VBI_STR(VB_VERSION_MINOR) "." VBI_STR(VB_VERSION_PATCH)
+
+/* the file's publisher and subscriber sections: beyond these, truncated */
+#define VBI_STAT_MAX_PUBS 256u
+#define VBI_STAT_MAX_SUBS 256u
+_Static_assert(VBI_STAT_QPT_HIST == VBI_QPT_HIST, "core/statfile.h and core/qp_fsm.h differ");
+
+static atomic_uint ctx_count; /* the n of verbus-<pid>-<n>.stat */
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+	snprintf(dst, len, "%s", src ? src : "");
+}
+
+/* seq odd: an update is under way (core/statfile.h). The increment is an
+ * acquire RMW: no store of the update moves before it (a fence would do
+ * the same; TSan does not support fences). */
+static void seq_begin(struct vbi_stat_hdr *h)
+{
+	__atomic_fetch_add(&h->seq, 1, __ATOMIC_ACQ_REL);
+}
+
+/* ... and even again: a release store, after every store of the update */
+static void seq_end(struct vbi_stat_hdr *h)
+{
+	__atomic_fetch_add(&h->seq, 1, __ATOMIC_RELEASE);
+}
+
+static void fill_vals(struct vbi_statfile *sf, struct vbi_stat_val *v)
+{
+	vb_stats_t st;
+
+	vbi_ctx_stats(sf->ctx, &st);
+	for (size_t i = 0; i < NFIELDS; i++) {
+		const unsigned char *p = (const unsigned char *)&st + fields[i].off;
+		uint64_t x = 0;
+
+		if (fields[i].size == 8) {
+			memcpy(&x, p, 8);
+		} else {
+			uint32_t y;
+
+			memcpy(&y, p, 4);
+			x = y;
+		}
+		__atomic_store_n(&v[i].value, x, __ATOMIC_RELAXED);
+	}
+	for (unsigned a = 0; a < VBI_ACT__COUNT; a++)
+		__atomic_store_n(&v[NFIELDS + a].value, st.err_by_action[a], __ATOMIC_RELAXED);
+}
+
+static void fill_lane(struct vbi_stat_lane *o, const struct vbi_peer *p, struct vbi_lane *l,
+		      const struct vbi_lane *act)
+{
+	memset(o, 0, sizeof(*o));
+	copy_str(o->peer, sizeof(o->peer), atomic_load(&p->up) ? p->name : "");
+	copy_str(o->device, sizeof(o->device), l->dr->name);
+	o->id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* renumbered at a promotion */
+	o->qpn = l->qp->qpn;
+	o->mode = l->mode;
+	o->qp_state = (uint8_t)vbt_qp_state(l->qp);
+	o->active = l == act;
+	o->dead = atomic_load(&l->dead);
+	o->retiring = atomic_load(&l->retiring);
+	o->hello = atomic_load(&l->hello_rcvd);
+	if (o->hello) /* remote_slots comes with it */
+		o->credits = vbi_lane_credits(l);
+	o->sq_outstanding = atomic_load(&l->sr.outstanding);
+	o->sq_depth = l->sr.n;
+	o->recvs = atomic_load(&l->posted_recvs);
+	o->sends = l->sends_total;
+}
+
+static void fill_peer(struct vbi_stat_peer *o, struct vb_node *n, struct vbi_peer *p,
+		      const struct vbi_lane *act, uint64_t now)
+{
+	struct vbi_path_stats ps;
+
+	memset(o, 0, sizeof(*o));
+	vbi_path_stats(&p->path, now, &ps);
+	copy_str(o->node, sizeof(o->node), n->name);
+	o->up = atomic_load(&p->up);
+	/* the first HELLO writes the name, then sets up */
+	copy_str(o->name, sizeof(o->name), o->up ? p->name : "");
+	o->dead = atomic_load(&p->dead);
+	o->recovering = (uint8_t)vbi_path_recovering(&p->path);
+	o->connector = p->connector;
+	o->mode = __atomic_load_n(&p->mode, __ATOMIC_RELAXED); /* lane_failover.c */
+	o->policy_mode = (uint8_t)ps.mode;
+	o->has_standby = (uint8_t)vbi_path_has_standby(&p->path);
+	o->epoch = ps.epoch;
+	o->active_lane = act ? act->id : 0;
+	o->failures = ps.failures;
+	o->failovers = ps.failovers;
+	o->degradations = ps.degradations;
+	o->promotions = ps.promotions;
+	o->downs = ps.downs;
+	o->recoveries = ps.recoveries;
+	o->last_outage_ns = ps.last_outage_ns;
+	o->max_outage_ns = ps.max_outage_ns;
+	o->backpressured = ps.backpressured;
+	o->retransmits = atomic_load_explicit(&p->retransmits, memory_order_relaxed);
+	if (p->last_fail_ns) { /* (txlock) */
+		o->last_failure_ns = realtime_ns() - (now - p->last_fail_ns);
+		o->last_failure_lane = p->last_fail_lane;
+		copy_str(o->last_failure, sizeof(o->last_failure), p->last_fail_why);
+		copy_str(o->last_action, sizeof(o->last_action),
+			 vbi_err_action_name((enum vbi_err_action)p->last_fail_act));
+	}
+}
+
+static void fill_pub(struct vbi_stat_pub *o, struct vb_node *n, struct vb_pub *pub)
+{
+	memset(o, 0, sizeof(*o));
+	copy_str(o->node, sizeof(o->node), n->name);
+	copy_str(o->topic, sizeof(o->topic), pub->topic);
+	o->cls = (uint8_t)pub->cls;
+	o->ack_quorum = pub->attr.ack_quorum;
+	o->backpressure = atomic_load_explicit(&pub->backpressure, memory_order_relaxed);
+	pthread_mutex_lock(&pub->lock); /* FANOUT: fanout_seq is written under it too */
+	o->subscribers = pub->npeers;
+	if (pub->cls == VB_ORDERED) {
+		o->published = pub->win.next_seq - 1;
+		o->acked = pub->win.acked;
+		o->quorum_acked = pub->quorum_seq;
+		o->window = pub->win.cap;
+		o->inflight = vbi_txwin_inflight(&pub->win);
+		o->retained_bytes = pub->retained;
+	} else {
+		o->published = pub->fanout_seq;
+	}
+	pthread_mutex_unlock(&pub->lock);
+}
+
+static void fill_sub(struct vbi_stat_sub *o, struct vb_node *n, struct vb_sub *sub)
+{
+	memset(o, 0, sizeof(*o));
+	copy_str(o->node, sizeof(o->node), n->name);
+	copy_str(o->topic, sizeof(o->topic), sub->topic);
+	o->cls = (uint8_t)sub->cls;
+	o->delivered = atomic_load(&sub->delivered);
+	o->duplicates = atomic_load(&sub->duplicates);
+	o->gaps = atomic_load(&sub->gaps);
+	o->lost = atomic_load(&sub->lost);
+	o->publishers = atomic_load(&sub->publishers);
+	o->ends = atomic_load(&sub->ends);
+}
+
+static void fill_qpt(struct vbi_statfile *sf)
+{
+	struct vbi_stat_hdr *h = sf->hdr;
+	struct vbi_stat_qpt *o = (struct vbi_stat_qpt *)((char *)h + h->qpt_off);
+	struct vbi_qp_timing_cell(*c)[VB_QPS__COUNT] = sf->ctx->qp_timing.t;
+
+	for (unsigned f = 0; f < VB_QPS__COUNT; f++)
+		for (unsigned t = 0; t < VB_QPS__COUNT; t++, o++) {
+			o->from = (uint8_t)f;
+			o->to = (uint8_t)t;
+			o->n = __atomic_load_n(&c[f][t].n, __ATOMIC_RELAXED);
+			o->total_ns = __atomic_load_n(&c[f][t].total_ns, __ATOMIC_RELAXED);
+			o->max_ns = __atomic_load_n(&c[f][t].max_ns, __ATOMIC_RELAXED);
+			o->last_ns = __atomic_load_n(&c[f][t].last_ns, __ATOMIC_RELAXED);
+			for (unsigned b = 0; b < VBI_QPT_HIST; b++)
+				o->hist[b] = __atomic_load_n(&c[f][t].hist[b], __ATOMIC_RELAXED);
+		}
+}
+
+/* The peers and their lanes, under the locks vbi_node_dump() takes. */
+static void fill_peers(struct vbi_statfile *sf)
+{
+	struct vbi_stat_hdr *h = sf->hdr;
+	struct vbi_stat_peer *po = (struct vbi_stat_peer *)((char *)h + h->peers_off);
+	struct vbi_stat_lane *lo = (struct vbi_stat_lane *)((char *)h + h->lanes_off);
+	struct vb_ctx *ctx = sf->ctx;
+	struct vbi_stat_pub *pubo = (struct vbi_stat_pub *)((char *)h + h->pubs_off);
+	struct vbi_stat_sub *subo = (struct vbi_stat_sub *)((char *)h + h->subs_off);
+	uint32_t np = 0, nl = 0, npub = 0, nsub = 0, trunc = 0;
+	uint64_t now = vbi_mono_ns();
+
+	pthread_mutex_lock(&ctx->lock);
+	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		pthread_rwlock_rdlock(&n->lock);
+		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+			struct vbi_lane *act;
+
+			if (np == h->max_peers) {
+				trunc = 1;
+				break;
+			}
+			pthread_mutex_lock(&p->txlock);
+			act = vbi_path_lane(&p->path);
+			fill_peer(&po[np++], n, p, act, now);
+			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
+				if (nl == h->max_lanes) {
+					trunc = 1;
+					break;
+				}
+				fill_lane(&lo[nl++], p, l, act);
+			}
+			pthread_mutex_unlock(&p->txlock);
+		}
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			if (npub == h->max_pubs) {
+				trunc = 1;
+				break;
+			}
+			fill_pub(&pubo[npub++], n, pub);
+		}
+		for (struct vb_sub *sub = n->subs; sub; sub = sub->next) {
+			if (nsub == h->max_subs) {
+				trunc = 1;
+				break;
+			}
+			fill_sub(&subo[nsub++], n, sub);
+		}
+		pthread_rwlock_unlock(&n->lock);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	h->npeers = np;
+	h->nlanes = nl;
+	h->npubs = npub;
+	h->nsubs = nsub;
+	h->truncated = trunc;
+}
+
+static void update(struct vbi_statfile *sf)
+{
+	struct vbi_stat_hdr *h = sf->hdr;
+
+	seq_begin(h);
+	fill_vals(sf, (struct vbi_stat_val *)((char *)h + h->vals_off));
+	fill_peers(sf);
+	fill_qpt(sf);
+	h->updated_ns = realtime_ns();
+	h->updates++;
+	seq_end(h);
+}
+
+static void *stat_main(void *arg)
+{
+	struct vbi_statfile *sf = arg;
+	struct timespec dl;
+
+	pthread_mutex_lock(&sf->mu);
+	while (!sf->stop) {
+		pthread_mutex_unlock(&sf->mu);
+		update(sf);
+		pthread_mutex_lock(&sf->mu);
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += sf->hdr->interval_ms / 1000;
+		dl.tv_nsec += (long)(sf->hdr->interval_ms % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+		while (!sf->stop && pthread_cond_timedwait(&sf->cond, &sf->mu, &dl) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&sf->mu);
+	return NULL;
+}
+
+static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_ms,
+			uint32_t max_peers, uint32_t max_lanes)
+{
+	const uint64_t pubs = (uint64_t)VBI_STAT_MAX_PUBS, subs = (uint64_t)VBI_STAT_MAX_SUBS;
+	struct vbi_stat_hdr *h = sf->hdr;
+	struct vbi_stat_val *v;
+	struct vb_ctx *ctx = sf->ctx;
+	FILE *f;
+
+	memcpy(h->magic, VBI_STAT_MAGIC, sizeof(h->magic));
+	h->version = VBI_STAT_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->file_size = sf->size;
+	h->pid = (int32_t)getpid();
+	h->ctx_no = no;
+	if (vbi_proc_start(0, &h->start_ticks, NULL))
+		h->start_ticks = 0; /* no /proc: staleness by pid only */
+	h->created_ns = realtime_ns();
+	h->interval_ms = interval_ms;
+	h->val_size = sizeof(struct vbi_stat_val);
+	h->peer_size = sizeof(struct vbi_stat_peer);
+	h->lane_size = sizeof(struct vbi_stat_lane);
+	h->nvals = NVALS;
+	h->max_peers = max_peers;
+	h->max_lanes = max_lanes;
+	h->vals_off = sizeof(*h);
+	h->peers_off = h->vals_off + (uint64_t)NVALS * sizeof(struct vbi_stat_val);
+	h->lanes_off = h->peers_off + (uint64_t)max_peers * sizeof(struct vbi_stat_peer);
+	h->pub_size = sizeof(struct vbi_stat_pub);
+	h->sub_size = sizeof(struct vbi_stat_sub);
+	h->qpt_size = sizeof(struct vbi_stat_qpt);
+	h->max_pubs = (uint32_t)pubs;
+	h->max_subs = (uint32_t)subs;
+	h->nqpt = VB_QPS__COUNT * VB_QPS__COUNT;
+	h->pubs_off = h->lanes_off + (uint64_t)max_lanes * sizeof(struct vbi_stat_lane);
+	h->subs_off = h->pubs_off + pubs * sizeof(struct vbi_stat_pub);
+	h->qpt_off = h->subs_off + subs * sizeof(struct vbi_stat_sub);
+	copy_str(h->lib_version, sizeof(h->lib_version), VBI_VERSION_STR);
+	if ((f = fopen("/proc/self/comm", "r"))) {
+		if (fgets(h->progname, sizeof(h->progname), f))
+			h->progname[strcspn(h->progname, "\n")] = '\0';
+		fclose(f);
+	}
+	copy_str(h->device, sizeof(h->device), ctx->dr[0].name);
+	if (ctx->ndev > 1)
+		copy_str(h->standby_device, sizeof(h->standby_device), ctx->dr[1].name);
+	v = (struct vbi_stat_val *)((char *)h + h->vals_off);
+	for (size_t i = 0; i < NFIELDS; i++) {
+		copy_str(v[i].name, sizeof(v[i].name), fields[i].name);
+		v[i].kind = fields[i].kind;
+	}
+	for (unsigned a = 0; a < VBI_ACT__COUNT; a++) {
+		snprintf(v[NFIELDS + a].name, sizeof(v[0].name), "err_action_%s",
+			 vbi_err_action_name((enum vbi_err_action)a));
+		v[NFIELDS + a].kind = VBI_STAT_COUNTER;
+	}
+}
+
+int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
+{
+	struct vbi_statfile *sf;
+	const char *dir;
+	unsigned interval, no;
+	uint32_t max_peers = ctx->attr.max_peers, max_lanes = 4 * ctx->attr.max_peers;
+	pthread_condattr_t ca;
+	int fd, rc;
+
+	*out = NULL;
+	if ((rc = vbi_cfg_unsigned(VBI_CFG_STAT_MS, &interval)) ||
+	    (rc = vbi_cfg_str(VBI_CFG_STAT_DIR, &dir)))
+		return rc;
+	if (!interval || !*dir)
+		return 0; /* off */
+	if (!(sf = calloc(1, sizeof(*sf))))
+		return vbi_err(-ENOMEM, "counters file");
+	sf->ctx = ctx;
+	no = atomic_fetch_add(&ctx_count, 1);
+	snprintf(sf->path, sizeof(sf->path), "%s/verbus-%d-%u.stat", dir, (int)getpid(), no);
+	sf->size = sizeof(struct vbi_stat_hdr) + NVALS * sizeof(struct vbi_stat_val) +
+		   (size_t)max_peers * sizeof(struct vbi_stat_peer) +
+		   (size_t)max_lanes * sizeof(struct vbi_stat_lane) +
+		   VBI_STAT_MAX_PUBS * sizeof(struct vbi_stat_pub) +
+		   VBI_STAT_MAX_SUBS * sizeof(struct vbi_stat_sub) +
+		   VB_QPS__COUNT * VB_QPS__COUNT * sizeof(struct vbi_stat_qpt);
+	/* a file of that name outlived a process with our pid: replace it */
+	(void)unlink(sf->path);
+	fd = open(sf->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = vbi_err(-errno, "counters file %s (VERBUS_STAT_DIR): %s", sf->path,
+			     strerror(errno));
+		free(sf);
+		return rc;
+	}
+	if (ftruncate(fd, (off_t)sf->size) ||
+	    (sf->hdr = mmap(NULL, sf->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+		    MAP_FAILED) {
+		rc = vbi_err(-errno, "counters file %s: %s", sf->path, strerror(errno));
+		close(fd);
+		unlink(sf->path);
+		free(sf);
+		return rc;
+	}
+	close(fd);
+	fill_header(sf, no, interval, max_peers, max_lanes);
+	pthread_mutex_init(&sf->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sf->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if ((rc = -pthread_create(&sf->thread, NULL, stat_main, sf))) {
+		vbi_err(rc, "stat thread: %s", strerror(-rc));
+		vbi_statfile_close(sf, false);
+		return rc;
+	}
+	vbi_thread_name(sf->thread, "vb-stat");
+	*out = sf;
+	return 0;
+}
+
+void vbi_statfile_close(struct vbi_statfile *sf, bool thread)
+{
+	if (!sf)
+		return;
+	if (thread) {
+		pthread_mutex_lock(&sf->mu);
+		sf->stop = true;
+		pthread_cond_signal(&sf->cond);
+		pthread_mutex_unlock(&sf->mu);
+		pthread_join(sf->thread, NULL);
+	}
+	__atomic_store_n(&sf->hdr->closing, 1, __ATOMIC_RELEASE);
+	unlink(sf->path);
+	munmap(sf->hdr, sf->size);
+	pthread_cond_destroy(&sf->cond);
+	pthread_mutex_destroy(&sf->mu);
+	free(sf);
+}
