@@ -250,7 +250,8 @@ static char **list_files(const char *dir, size_t *n)
 		(*n)++;
 	}
 	closedir(d);
-	qsort(v, *n, sizeof(*v), (int (*)(const void *, const void *))strcmp);
+	if (*n)
+		qsort(v, *n, sizeof(*v), (int (*)(const void *, const void *))strcmp);
 	return v;
 }
 
@@ -390,7 +391,7 @@ static void print_text(struct snap *s)
 		int len;
 
 		len = snprintf(buf, sizeof(buf), "%s %llu", v->name, (unsigned long long)v->value);
-		if (dt > 0 && v->kind == VBI_STAT_COUNTER && v->value >= val(ph, i)->value)
+		if (ph && dt > 0 && v->kind == VBI_STAT_COUNTER && v->value >= val(ph, i)->value)
 			snprintf(buf + len, sizeof(buf) - (size_t)len, " (%.0f/s)",
 				 (double)(v->value - val(ph, i)->value) / dt);
 		printf("  %-38s", buf);
@@ -795,10 +796,16 @@ static long read_round(const char *dir, const char *sel, struct snap **out, size
 			continue;
 		}
 		if (n == *cap) {
-			struct snap *nv = realloc(*out, (*cap = *cap ? 2 * *cap : 8) * sizeof(**out));
+			struct snap *nv = realloc(*out, (*cap ? 2 * *cap : 8) * sizeof(**out));
 
-			if (!nv)
+			if (!nv) {
+				free(s.h);
+				while (i < nf)
+					free(files[i++]);
+				free(files);
 				return -1;
+			}
+			*cap = *cap ? 2 * *cap : 8;
 			memset(nv + n, 0, (*cap - n) * sizeof(*nv));
 			*out = nv;
 		}
