@@ -126,12 +126,12 @@ struct vbi_qp_mirror {
 #define VBI_QPT_HIST 16
 
 /* Per (from, to): how many, their sum, the longest, the last, and the
- * histogram. Atomic (relaxed): recorded by the thread that modified the
- * QP, read by the stat thread; no lock. */
+ * histogram. Accessed with __atomic builtins only (relaxed): recorded by
+ * the thread that modified the QP, read by the stat thread; no lock. */
 struct vbi_qp_timing {
 	struct vbi_qp_timing_cell {
-		_Atomic uint64_t n, total_ns, max_ns, last_ns;
-		_Atomic uint64_t hist[VBI_QPT_HIST];
+		uint64_t n, total_ns, max_ns, last_ns;
+		uint64_t hist[VBI_QPT_HIST];
 	} t[VB_QPS__COUNT][VB_QPS__COUNT];
 };
 
