@@ -412,17 +412,18 @@ static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_
 int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 {
 	struct vbi_statfile *sf;
-	const char *dir;
-	unsigned interval, no;
+	const char *dir = NULL;
+	unsigned interval = 0, no;
 	uint32_t max_peers = ctx->attr.max_peers, max_lanes = 4 * ctx->attr.max_peers;
 	pthread_condattr_t ca;
 	int fd, rc;
 
 	*out = NULL;
-	if ((rc = vbi_cfg_unsigned(VBI_CFG_STAT_MS, &interval)) ||
-	    (rc = vbi_cfg_str(VBI_CFG_STAT_DIR, &dir)))
-		return rc;
-	if (!interval || !*dir)
+	/* the values in force: 1 (unset) and -EINVAL (malformed, logged) both
+	 * leave the default */
+	(void)vbi_cfg_unsigned(VBI_CFG_STAT_MS, &interval);
+	(void)vbi_cfg_str(VBI_CFG_STAT_DIR, &dir);
+	if (!interval || !dir || !*dir)
 		return 0; /* off */
 	if (!(sf = calloc(1, sizeof(*sf))))
 		return vbi_err(-ENOMEM, "counters file");

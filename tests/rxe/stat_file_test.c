@@ -17,7 +17,11 @@
  *   reason and recovery action, and a drained lane. vb_ctx_destroy()
  *   removes the file.
  *
- * VERBUS_STAT_DIR is a fresh directory, VERBUS_STAT_MS 100.
+ * test_defaults_make_a_file: with neither variable set, the file is in
+ *   /dev/shm, and destroy removes it.
+ *
+ * VERBUS_STAT_DIR is a fresh directory, VERBUS_STAT_MS 100 (but in the
+ * last test).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -405,11 +409,38 @@ static void test_counters_move_and_match(void **state)
 	assert_int_equal(files_of(getpid()), 0);
 }
 
+/* With neither VERBUS_STAT_DIR nor VERBUS_STAT_MS set, a context has its
+ * file in /dev/shm (the defaults in force), and destroy removes it. Found
+ * by reading the full run's log: every context without those variables
+ * warned "no counters file" (a default read as an error). */
+static void test_defaults_make_a_file(void **state)
+{
+	char saved_dir[sizeof(dir)];
+	vb_ctx_t *ctx;
+	unsigned n;
+
+	(void)state;
+	memcpy(saved_dir, dir, sizeof(dir));
+	snprintf(dir, sizeof(dir), "/dev/shm");
+	unsetenv("VERBUS_STAT_DIR");
+	unsetenv("VERBUS_STAT_MS");
+	ctx = vbt_ctx_open(NULL);
+	n = files_of(getpid());
+	assert_int_equal(vb_ctx_destroy(ctx), 0);
+	assert_int_equal(files_of(getpid()), 0);
+	memcpy(dir, saved_dir, sizeof(dir));
+	setenv("VERBUS_STAT_DIR", dir, 1);
+	setenv("VERBUS_STAT_MS", "100", 1);
+	if (n != 1)
+		fail_msg("%u counters files of this process in /dev/shm with the defaults", n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_killed_is_stale), /* forks: before any context here */
 		cmocka_unit_test(test_counters_move_and_match),
+		cmocka_unit_test(test_defaults_make_a_file),
 	};
 
 	vbt_require_device();
