@@ -16,6 +16,14 @@ uint64_t vbi_mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t vbi_real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * Nanoseconds for the data path's clocks (publisher stall and RTO clocks,
  * credit and NAK timers, the slow-subscriber check run every progress

@@ -10,6 +10,8 @@
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t vbi_mono_ns(void);
+/* CLOCK_REALTIME (wall clock) in nanoseconds since the epoch. */
+uint64_t vbi_real_ns(void);
 /* The data path's nanoseconds (TSC-scaled where there is a usable TSC). */
 uint64_t vbi_now_ns(void);
 /* The coarse monotonic clock in milliseconds (a scheduler tick). */

@@ -90,14 +90,6 @@ _Static_assert(VBI_STAT_QPT_HIST == VBI_QPT_HIST, "core/statfile.h and core/qp_f
 
 static atomic_uint ctx_count; /* the n of verbus-<pid>-<n>.stat */
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void copy_str(char *dst, size_t len, const char *src)
 {
 	snprintf(dst, len, "%s", src ? src : "");
@@ -192,7 +184,7 @@ static void fill_peer(struct vbi_stat_peer *o, struct vb_node *n, struct vbi_pee
 	o->backpressured = ps.backpressured;
 	o->retransmits = atomic_load_explicit(&p->retransmits, memory_order_relaxed);
 	if (p->last_fail_ns) { /* (txlock) */
-		o->last_failure_ns = realtime_ns() - (now - p->last_fail_ns);
+		o->last_failure_ns = vbi_real_ns() - (now - p->last_fail_ns);
 		o->last_failure_lane = p->last_fail_lane;
 		copy_str(o->last_failure, sizeof(o->last_failure), p->last_fail_why);
 		copy_str(o->last_action, sizeof(o->last_action),
@@ -322,7 +314,7 @@ static void update(struct vbi_statfile *sf)
 	fill_vals(sf, (struct vbi_stat_val *)((char *)h + h->vals_off));
 	fill_peers(sf);
 	fill_qpt(sf);
-	h->updated_ns = realtime_ns();
+	h->updated_ns = vbi_real_ns();
 	h->updates++;
 	seq_end(h);
 }
@@ -368,7 +360,7 @@ static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_
 	h->ctx_no = no;
 	if (vbi_proc_start(0, &h->start_ticks, NULL))
 		h->start_ticks = 0; /* no /proc: staleness by pid only */
-	h->created_ns = realtime_ns();
+	h->created_ns = vbi_real_ns();
 	h->interval_ms = interval_ms;
 	h->val_size = sizeof(struct vbi_stat_val);
 	h->peer_size = sizeof(struct vbi_stat_peer);

@@ -29,6 +29,7 @@
 
 #include <verbus/verbus.h>
 
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/statfile.h"
 
@@ -52,14 +53,6 @@ static const char *mode_name(unsigned m)
 static const char *qps_name(unsigned s)
 {
 	return s < 7 ? qps_names[s] : "?";
-}
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* The file's process is gone: no such pid, or a pid reused by another. */
@@ -272,7 +265,7 @@ static bool selected(const struct vbi_stat_hdr *h, const char *sel)
 
 static void print_list(struct snap *s, size_t n)
 {
-	uint64_t now = realtime_ns();
+	uint64_t now = vbi_real_ns();
 
 	printf("%-8s %-4s %-16s %-10s %-8s %-10s %s\n", "PID", "CTX", "PROGRAM", "DEVICE", "STATE",
 	       "UPDATED", "PEERS");
@@ -374,7 +367,7 @@ static void print_text_qpt(const struct vbi_stat_hdr *h)
 static void print_text(struct snap *s)
 {
 	const struct vbi_stat_hdr *h = s->h;
-	uint64_t now = realtime_ns();
+	uint64_t now = vbi_real_ns();
 	const struct vbi_stat_hdr *ph = s->prev;
 	double dt = ph && h->updated_ns > ph->updated_ns && ph->nvals == h->nvals
 			    ? (double)(h->updated_ns - ph->updated_ns) / 1e9 : 0;
