@@ -465,6 +465,19 @@ struct vb_ctx {
 	size_t auth_key_len;       /* 0: no key */
 };
 
+/* A duration counter pair of ctx->st: *@last = @v, *@max raised to @v.
+ * Any thread (atomics). */
+static inline void vbi_st_last_max(atomic_uint_fast64_t *last, atomic_uint_fast64_t *max,
+				   uint64_t v)
+{
+	uint_fast64_t m = atomic_load_explicit(max, memory_order_relaxed);
+
+	atomic_store_explicit(last, v, memory_order_relaxed);
+	while (v > m && !atomic_compare_exchange_weak_explicit(max, &m, v, memory_order_relaxed,
+								  memory_order_relaxed))
+		;
+}
+
 /* Inside rcu read lock or txlock: the active lane if it can be posted to. */
 static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 {

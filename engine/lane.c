@@ -512,20 +512,13 @@ static bool retire_drained(struct vbi_lane *l);
 bool vbi_lane_retire_drained(struct vbi_lane *l)
 {
 	struct vb_ctx *ctx = l->node->ctx;
-	uint64_t ns, max;
-
 	if (!retire_drained(l))
 		return false;
 	/* true once: the caller unlinks and frees it next; its drain time
 	 * (vb_stats_t.drain_last_ns) runs from vbi_lane_retire_start */
-	ns = vbi_mono_ns() - l->retire_ns;
 	atomic_fetch_add_explicit(&ctx->st.lanes_drained, 1, memory_order_relaxed);
-	atomic_store_explicit(&ctx->st.drain_last_ns, ns, memory_order_relaxed);
-	max = atomic_load_explicit(&ctx->st.drain_max_ns, memory_order_relaxed);
-	while (ns > max && !atomic_compare_exchange_weak_explicit(&ctx->st.drain_max_ns, &max, ns,
-								   memory_order_relaxed,
-								   memory_order_relaxed))
-		;
+	vbi_st_last_max(&ctx->st.drain_last_ns, &ctx->st.drain_max_ns,
+			vbi_mono_ns() - l->retire_ns);
 	return true;
 }
 

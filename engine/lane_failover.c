@@ -144,12 +144,9 @@ void vbi_peer_pev_flush(struct vbi_peer *p)
 				  *r ? ": " : "", r);
 			break;
 		case VBI_PATH_EV_RECOVERED: {
-			uint64_t o = ev[i].outage_ns, max;
+			uint64_t o = ev[i].outage_ns;
 
-			atomic_store(&ctx->st.recover_last_ns, o);
-			max = atomic_load(&ctx->st.recover_max_ns);
-			while (o > max && !atomic_compare_exchange_weak(&ctx->st.recover_max_ns, &max, o))
-				;
+			vbi_st_last_max(&ctx->st.recover_last_ns, &ctx->st.recover_max_ns, o);
 			vbi_event(ctx, VB_EV_RECOVERED, p->name, "path recovered after %.3f ms",
 				  (double)o / 1e6);
 			break;
