@@ -163,7 +163,7 @@ static const struct vbi_cfg_var table[] = {
 	    .doc = "where each context's counters file (vb_stat) is created"),
 	ROW(STAT_MS, .type = VBI_CFG_MS, .dflt = "1000", .min = 0, .max = 3600000,
 	    .field = "(internal) the stat thread's interval",
-	    .doc = "the counters file is rewritten this often (0: no file, no thread)"),
+	    .doc = "the counters file's sampled part is rewritten this often (0: no file, no thread)"),
 	ROW(TEST_DROP_EVERY, .type = VBI_CFG_UINT, .dflt = "0", .min = 0, .max = 999999,
 	    .flags = VBI_CFG_F_TEST, .field = "(internal) UC/UD lanes' receive path",
 	    .doc = "drop every N-th datagram received on UC and UD lanes (0 and 1: off)"),

@@ -2,20 +2,29 @@
 /*
  * The counters file's layout (docs/operability.md, "Live counters"): one
  * file per context, <VERBUS_STAT_DIR>/verbus-<pid>-<n>.stat (default
- * directory /dev/shm), written by the context's stat thread
- * (proto/statfile.c) and read by vb_stat (tools/vb_stat.c) or any program
- * that maps it: readers take no lock of verbus, they retry on the seqlock.
+ * directory /dev/shm), read by vb_stat (tools/vb_stat.c) or any program
+ * that maps it: readers take no lock of verbus.
+ *
+ * Writers: the context's counters (the first nlive values) and the QP
+ * state-change times are the library's own: the thread that counts
+ * writes them in place with an atomic add (engine/counters.h,
+ * core/qp_fsm.h), so they are exact to the last event, also in the file
+ * of a process that crashed. The rest (levels gathered from several
+ * objects, and the peer, lane, publisher and subscriber sections) is
+ * sampled by the context's stat thread (proto/statfile.c) every
+ * interval_ms, under the seqlock.
  *
  * Fixed and versioned: a reader checks magic and version, and finds each
  * section at the offset the header gives (sections may grow at their end:
  * entry sizes are in the header too). Every number is in the host's byte
  * order; strings are NUL-terminated within their arrays.
  *
- * Consistency: the writer makes hdr.seq odd, updates every section after
- * the immutable part of the header, then makes it even again (release
- * ordering). A reader copies what it needs between two reads of an even,
- * equal seq. A writer that died mid-update leaves seq odd for good: the
- * reader reports the copy it gets as torn.
+ * Consistency: the stat thread makes hdr.seq odd, updates what it samples,
+ * then makes seq even again (release ordering). A reader copies what it
+ * needs between two reads of an even, equal seq. A writer that died
+ * mid-update leaves seq odd for good: the reader reports the copy it gets
+ * as torn. The in-place values are single 64-bit atomics: read each with
+ * one aligned load, any time.
  *
  * Staleness: pid and start_ticks (field 22 of /proc/<pid>/stat, the
  * process's start in clock ticks since boot) name the process; a file
@@ -29,13 +38,18 @@
 #include <stdint.h>
 
 #define VBI_STAT_MAGIC "VBSTAT\x00\x01" /* 8 bytes, with the NUL inside */
-#define VBI_STAT_VERSION 1u
-#define VBI_STAT_NAME 48u  /* vbi_stat_val.name, with its NUL */
+#define VBI_STAT_VERSION 2u /* 2: the values written in place */
+#define VBI_STAT_NAME 48u  /* vbi_stat_name.name, with its NUL */
 #define VBI_STAT_STR 64u   /* peer, node and device names in the file */
 
 enum vbi_stat_kind {
 	VBI_STAT_COUNTER = 0, /* only ever grows (Prometheus "counter") */
 	VBI_STAT_GAUGE = 1,   /* a level now */
+};
+
+enum vbi_stat_writer {
+	VBI_STAT_LIVE = 0,    /* the counting thread, in place, at once */
+	VBI_STAT_SAMPLED = 1, /* the stat thread, every interval_ms */
 };
 
 struct vbi_stat_hdr {
@@ -48,17 +62,20 @@ struct vbi_stat_hdr {
 	uint64_t start_ticks;     /* the process's start (see above) */
 	uint64_t created_ns;      /* CLOCK_REALTIME, when the context was created */
 	uint32_t interval_ms;     /* the writer updates this often (VERBUS_STAT_MS) */
-	uint32_t val_size, peer_size, lane_size; /* entry sizes of the sections */
-	uint32_t nvals;           /* entries in the values section (fixed) */
+	uint32_t name_size, peer_size, lane_size; /* entry sizes of the sections */
+	uint32_t nvals;           /* values, and their names (fixed) */
+	uint32_t nlive;           /* the first nlive values: VBI_STAT_LIVE */
 	uint32_t max_peers, max_lanes; /* capacity of those sections */
 	uint32_t pub_size, sub_size, qpt_size;
 	uint32_t max_pubs, max_subs;
-	uint32_t nqpt;            /* entries in the QP timing section (fixed) */
-	uint64_t vals_off, peers_off, lanes_off, pubs_off, subs_off, qpt_off;
+	uint32_t nqps;            /* QP states: the QP timing section has
+				   * nqps x nqps entries, [from][to] */
+	uint64_t names_off, vals_off, peers_off, lanes_off, pubs_off, subs_off, qpt_off;
 	char lib_version[VBI_STAT_STR];
 	char progname[64];        /* the process's name (/proc/self/comm) */
 	char device[VBI_STAT_STR], standby_device[VBI_STAT_STR]; /* "" = none */
-	/* ---- written by the stat thread under seq (everything below too) ---- */
+	/* ---- written by the stat thread under seq (and the sampled parts of
+	 * the sections below) ---- */
 	uint64_t seq;             /* odd: an update is under way */
 	uint64_t updated_ns;      /* CLOCK_REALTIME of the last update */
 	uint64_t updates;         /* updates made */
@@ -69,14 +86,14 @@ struct vbi_stat_hdr {
 				   * subscribers than the sections hold */
 };
 
-/* values: vb_stats_t, one entry per field (err_by_action[i] as
- * "err_action_<NAME>"); name and kind are written once, value on every
- * update */
-struct vbi_stat_val {
+/* The values section: uint64_t values[nvals], one per vb_stats_t field
+ * (err_by_action[i] as "err_action_<NAME>"), named by the names section,
+ * names[nvals] (written once, before the file is in use). */
+struct vbi_stat_name {
 	char name[VBI_STAT_NAME];
-	uint32_t kind;            /* enum vbi_stat_kind */
-	uint32_t pad;
-	uint64_t value;
+	uint8_t kind;             /* enum vbi_stat_kind */
+	uint8_t writer;           /* enum vbi_stat_writer */
+	uint8_t pad[6];
 };
 
 /* one per peer of every node of the context */
@@ -135,14 +152,14 @@ struct vbi_stat_sub {
 	uint64_t delivered, duplicates, gaps, lost, publishers, ends;
 };
 
-/* QP state changes of the context's devices, one entry per (from, to)
- * pair that can happen (RESET 0, INIT 1, RTR 2, RTS 3, SQD 4, SQE 5, ERR 6;
- * from == to: an attribute change in place). Histogram: VBI_QPT_HIST
- * buckets of core/qp_fsm.h (0: under 1 us; i: [2^(i-1), 2^i) us; the
- * last: 16.384 ms and more). */
+/* QP state changes of the context's devices, written in place by the
+ * modifying thread: entry [from * nqps + to] (RESET 0, INIT 1, RTR 2,
+ * RTS 3, SQD 4, SQE 5, ERR 6; from == to: an attribute change in place).
+ * Histogram: VBI_QPT_HIST buckets of core/qp_fsm.h (0: under 1 us; i:
+ * [2^(i-1), 2^i) us; the last: 16.384 ms and more). The same layout as
+ * struct vbi_qp_timing_cell. */
 #define VBI_STAT_QPT_HIST 16
 struct vbi_stat_qpt {
-	uint8_t from, to, pad[6];
 	uint64_t n, total_ns, max_ns, last_ns;
 	uint64_t hist[VBI_STAT_QPT_HIST];
 };

@@ -87,7 +87,7 @@ static void pending_cap(struct vb_node *node)
 		}
 	if (n <= ctx->attr.max_pending || !oldest)
 		return;
-	atomic_fetch_add(&ctx->st.pending_dropped, 1);
+	atomic_fetch_add(&ctx->st->pending_dropped, 1);
 	vbi_info("node '%s': %u connections without a HELLO (max_pending %u): the oldest "
 		 "(QP %u) dropped", node->name, n, ctx->attr.max_pending, oldest->qp->qpn);
 	vbi_lane_retire(oldest);
@@ -173,7 +173,7 @@ static void busy_drop(struct vbi_accept *a, unsigned i, const char *why)
 {
 	struct vbi_lane *l = busy_take(a, i);
 
-	atomic_fetch_add(&a->node->ctx->st.pending_dropped, 1);
+	atomic_fetch_add(&a->node->ctx->st->pending_dropped, 1);
 	vbi_warn("node '%s': a connection's handshake %s: dropped (QP %u)", a->node->name, why,
 		 l->qp->qpn);
 	vbi_lane_destroy_now(l);

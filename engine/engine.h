@@ -33,6 +33,7 @@
 #include "core/sizing.h"
 #include "core/wire.h"
 #include "core/wire_msg.h" /* VBI_WIRE_NAME_MAX, VBI_WIRE_REFUSE_MAX */
+#include "engine/counters.h"
 #include "engine/qpool.h"
 #include "engine/sring.h"
 #include "transport/transport.h"
@@ -435,27 +436,17 @@ struct vb_ctx {
 	atomic_uint npeers;        /* vbi_ctx_take_peer / _put_peer (no lock: it is
 				    * taken under node->lock, which ctx->lock precedes) */
 
-	struct {
-		atomic_uint_fast64_t published, delivered, duplicates, gaps, lost, malformed;
-		atomic_uint_fast64_t sends_posted, frames_sent, batched_frames, inline_sends;
-		atomic_uint_fast64_t backpressure, acks_sent, acks_received;
-		atomic_uint_fast64_t failovers, rebuilds, path_downs, retransmits, stale_frames;
-		atomic_uint_fast64_t lanes_created, lanes_retired, standbys_warmed;
-		atomic_uint_fast64_t degrades, promotions, naks_sent, naks_received;
-		atomic_uint_fast64_t rto_retransmits, credit_resyncs, probes;
-		atomic_uint_fast64_t recover_last_ns, recover_max_ns;
-		atomic_uint_fast64_t unacked_on_close, peer_switches, keepalives, events_dropped;
-		atomic_uint_fast64_t heartbeats; /* FANOUT HEARTBEAT datagrams posted */
-		atomic_uint_fast64_t peers_reaped, pending_dropped, refused;
-		atomic_uint_fast64_t devices_removed, devices_released;
-		atomic_uint_fast64_t slow_cuts, slow_cut_msgs, streams_ended, retain_full;
-		atomic_uint_fast64_t auth_refused, pool_regs_progress;
-		atomic_uint_fast64_t lanes_drained, drain_last_ns, drain_max_ns;
-	} st;
+	/* the counters (engine/counters.h): in the counters file when there
+	 * is one (proto/statfile.c points this there before anything counts
+	 * and back here after everything stopped), else st_own. Written by
+	 * the counting threads, atomic. */
+	struct vbi_ctx_counters *st;
+	struct vbi_ctx_counters st_own;
 	/* how long the state changes of its QPs took, on every device (each
-	 * device's qp_timing points here; written by the modifying threads,
-	 * atomic; read by the stat thread) */
-	struct vbi_qp_timing qp_timing;
+	 * device's qp_timing is this; written by the modifying threads,
+	 * atomic): in the counters file like st, else qp_timing_own */
+	struct vbi_qp_timing *qp_timing;
+	struct vbi_qp_timing qp_timing_own;
 	struct vbi_statfile *statf; /* the counters file and its stat thread
 				     * (proto/statfile.c); NULL: off */
 	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
@@ -464,19 +455,6 @@ struct vb_ctx {
 	uint8_t auth_key[VBI_AUTH_KEY_MAX]; /* peer authentication (auth.c) */
 	size_t auth_key_len;       /* 0: no key */
 };
-
-/* A duration counter pair of ctx->st: *@last = @v, *@max raised to @v.
- * Any thread (atomics). */
-static inline void vbi_st_last_max(atomic_uint_fast64_t *last, atomic_uint_fast64_t *max,
-				   uint64_t v)
-{
-	uint_fast64_t m = atomic_load_explicit(max, memory_order_relaxed);
-
-	atomic_store_explicit(last, v, memory_order_relaxed);
-	while (v > m && !atomic_compare_exchange_weak_explicit(max, &m, v, memory_order_relaxed,
-								  memory_order_relaxed))
-		;
-}
 
 /* Inside rcu read lock or txlock: the active lane if it can be posted to. */
 static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)

@@ -46,7 +46,7 @@ void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const
 	pthread_mutex_lock(&ctx->evq_lock);
 	if (ctx->evq_n >= VBI_EVQ_MAX) {
 		pthread_mutex_unlock(&ctx->evq_lock);
-		atomic_fetch_add(&ctx->st.events_dropped, 1);
+		atomic_fetch_add(&ctx->st->events_dropped, 1);
 		free(e);
 		return;
 	}

@@ -171,7 +171,7 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 	}
 	if (rc)
 		goto err;
-	atomic_fetch_add_explicit(&ctx->st.lanes_created, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->lanes_created, 1, memory_order_relaxed);
 	*out = l;
 	return 0;
 err:
@@ -248,13 +248,13 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 	}
 	if (len <= l->qp->cap.max_inline_data) {
 		wr.flags |= VBT_SEND_INLINE;
-		atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->inline_sends, 1, memory_order_relaxed);
 	}
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc)
 		return rc;
 	l->sends_total++;
-	atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 	return 0;
 }
 
@@ -299,11 +299,11 @@ void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_
 		l->returned_total = l->sends_total;
 		l->last_returned = l->returned_total;
 		l->credit_ns = now_ns;
-		atomic_fetch_add_explicit(&ctx->st.credit_resyncs, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->credit_resyncs, 1, memory_order_relaxed);
 	}
 	n = ctx->up->peer_rto(p, now_ns, rto);
 	if (n) {
-		atomic_fetch_add_explicit(&ctx->st.rto_retransmits, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->rto_retransmits, n, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->retransmits, n, memory_order_relaxed);
 	}
 }
@@ -397,7 +397,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	else
 		pthread_rwlock_wrlock(&node->lock);
 	if (!byte_len) { /* a SEND with no frame in it */
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
 	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
 		ctx->up->dispatch_frames(ctx, l, data, byte_len);
@@ -516,8 +516,8 @@ bool vbi_lane_retire_drained(struct vbi_lane *l)
 		return false;
 	/* true once: the caller unlinks and frees it next; its drain time
 	 * (vb_stats_t.drain_last_ns) runs from vbi_lane_retire_start */
-	atomic_fetch_add_explicit(&ctx->st.lanes_drained, 1, memory_order_relaxed);
-	vbi_st_last_max(&ctx->st.drain_last_ns, &ctx->st.drain_max_ns,
+	atomic_fetch_add_explicit(&ctx->st->lanes_drained, 1, memory_order_relaxed);
+	vbi_st_last_max(&ctx->st->drain_last_ns, &ctx->st->drain_max_ns,
 			vbi_mono_ns() - l->retire_ns);
 	return true;
 }
@@ -585,7 +585,7 @@ void vbi_lane_free(struct vbi_lane *l)
 	vbi_sring_fini(&l->sr);
 	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
 	pthread_mutex_destroy(&l->own_lock);
-	atomic_fetch_add_explicit(&ctx->st.lanes_retired, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->lanes_retired, 1, memory_order_relaxed);
 	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);
 }

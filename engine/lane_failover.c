@@ -91,7 +91,7 @@ void vbi_dev_event(const struct vbt_event *ev, void *arg)
 		atomic_store(&dr->fatal, true);
 		atomic_store(&dr->removed, true);
 		atomic_store(&ctx->dev_removing, true);
-		atomic_fetch_add(&ctx->st.devices_removed, 1);
+		atomic_fetch_add(&ctx->st->devices_removed, 1);
 	}
 	if (!vbi_err_action_disrupts(v.action))
 		return;
@@ -146,7 +146,7 @@ void vbi_peer_pev_flush(struct vbi_peer *p)
 		case VBI_PATH_EV_RECOVERED: {
 			uint64_t o = ev[i].outage_ns;
 
-			vbi_st_last_max(&ctx->st.recover_last_ns, &ctx->st.recover_max_ns, o);
+			vbi_st_last_max(&ctx->st->recover_last_ns, &ctx->st->recover_max_ns, o);
 			vbi_event(ctx, VB_EV_RECOVERED, p->name, "path recovered after %.3f ms",
 				  (double)o / 1e6);
 			break;
@@ -257,7 +257,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 			e->outage_ns = 0;
 			e->reason = worse ? "the connection kept failing" : "the better mode works again";
 		}
-		atomic_fetch_add(worse ? &ctx->st.degrades : &ctx->st.promotions, 1);
+		atomic_fetch_add(worse ? &ctx->st->degrades : &ctx->st->promotions, 1);
 		vbi_warn("peer '%s': %s from %s to %s", p->name, worse ? "degraded" : "promoted",
 			 vbi_path_mode_name((enum vb_qp_type)p->mode),
 			 vbi_path_mode_name((enum vb_qp_type)s->mode));
@@ -266,7 +266,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	if (p->probe == s)
 		p->probe = NULL;
 
-	atomic_fetch_add(&ctx->st.retransmits, n);
+	atomic_fetch_add(&ctx->st->retransmits, n);
 	atomic_fetch_add_explicit(&p->retransmits, n, memory_order_relaxed);
 	/* What we received from it is acknowledged again at once (our ACKs
 	 * in flight on the old lane are lost), so its retransmission skips
@@ -357,7 +357,7 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 			vbi_lane_retire_locked(s);
 			goto rebuild;
 		}
-		atomic_fetch_add(&ctx->st.failovers, 1);
+		atomic_fetch_add(&ctx->st->failovers, 1);
 		old = vbi_peer_switch_to(p, s, true);
 		log_failed(p, l, act, s);
 		if (old)
@@ -376,7 +376,7 @@ rebuild: {
 		vbi_lane_retire_locked(l);
 		if (!p->recover_since_ns)
 			p->recover_since_ns = now;
-		atomic_fetch_add(&ctx->st.rebuilds, 1);
+		atomic_fetch_add(&ctx->st->rebuilds, 1);
 		return false;
 	}
 	case VBI_PATH_DOWN:
@@ -459,7 +459,7 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 		if (sb && sb != l)
 			vbi_path_set_standby(&p->path, sb);
 		old = vbi_peer_switch_to(p, l, false);
-		atomic_fetch_add(&p->node->ctx->st.failovers, 1);
+		atomic_fetch_add(&p->node->ctx->st->failovers, 1);
 		if (old)
 			vbi_lane_retire_locked(old);
 	}

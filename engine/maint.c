@@ -286,7 +286,7 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 		return;
 	}
 	p->probe_ns = now;
-	atomic_fetch_add(&ctx->st.probes, 1);
+	atomic_fetch_add(&ctx->st->probes, 1);
 	due = vbi_path_probe(&p->path, VB_QPT_RC, 1, now);
 	if (due == 1) {
 		old = vbi_peer_activate(p, pl, true, true);
@@ -335,7 +335,7 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
 		pthread_mutex_unlock(&p->txlock);
 		vbi_peer_pev_flush(p);
-		atomic_fetch_add(&ctx->st.path_downs, 1);
+		atomic_fetch_add(&ctx->st->path_downs, 1);
 		ctx->up->peer_failed(p, why);
 		return;
 	}
@@ -393,7 +393,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
 		pthread_mutex_unlock(&p->txlock);
 		vbi_peer_pev_flush(p);
-		atomic_fetch_add(&ctx->st.path_downs, 1);
+		atomic_fetch_add(&ctx->st->path_downs, 1);
 		ctx->up->peer_failed(p, "no connection could be rebuilt in time");
 		return;
 	}

@@ -99,8 +99,6 @@ struct vbi_mcast_ctx {
 	atomic_uint posted;      /* outstanding receive WRs on qp */
 	struct vbi_mcast_grp *groups;
 	struct vbi_mcast_retired *retired;
-	atomic_uint_fast64_t datagrams, joins, join_failures;
-	atomic_uint groups_now;
 };
 
 /* ---- attributes ------------------------------------------------------------------- */
@@ -156,11 +154,12 @@ static const char *group_str(uint32_t group, char *buf, size_t len)
 }
 
 /* A join failed: count it, say so once per context (then at debug level). */
-static void join_failed(struct vbi_mcast_ctx *m, const char *who, uint32_t group)
+static void join_failed(struct vb_ctx *ctx, const char *who, uint32_t group)
 {
+	struct vbi_mcast_ctx *m = ctx->mc;
 	char g[INET_ADDRSTRLEN];
 
-	atomic_fetch_add(&m->join_failures, 1);
+	atomic_fetch_add(&ctx->st->mcast_join_failures, 1);
 	if (!m->warned) {
 		m->warned = true;
 		vbi_warn("FANOUT %s: multicast group %s unusable, falling back to unicast per "
@@ -284,7 +283,7 @@ static void qp_close(struct vb_ctx *ctx)
 static void leave(struct vb_ctx *ctx, struct vbt_mcast *mc)
 {
 	ctx->ops->mcast_leave(mc);
-	atomic_fetch_sub(&ctx->mc->groups_now, 1);
+	atomic_fetch_sub(&ctx->st->mcast_groups, 1);
 }
 
 /* Leave retired publisher memberships once no UD send can name their AH.
@@ -347,21 +346,9 @@ bool vbi_mcast_uses_dev(struct vb_ctx *ctx)
 	return used;
 }
 
-void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st)
-{
-	struct vbi_mcast_ctx *m = ctx->mc;
-
-	if (!m)
-		return;
-	st->mcast_datagrams = atomic_load(&m->datagrams);
-	st->mcast_joins = atomic_load(&m->joins);
-	st->mcast_join_failures = atomic_load(&m->join_failures);
-	st->mcast_groups = atomic_load(&m->groups_now);
-}
-
 void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams)
 {
-	atomic_fetch_add_explicit(&ctx->mc->datagrams, datagrams, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->mcast_datagrams, datagrams, memory_order_relaxed);
 }
 
 /* ---- subscribers ------------------------------------------------------------------ */
@@ -421,7 +408,7 @@ uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id)
 	rc = ctx->ops->mcast_join(ctx->dev, NULL, m->qp, (struct sockaddr *)&sa, &ctx->cp, &mc);
 	if (rc)
 		goto fail;
-	atomic_fetch_add(&m->groups_now, 1);
+	atomic_fetch_add(&ctx->st->mcast_groups, 1);
 	if (vbt_qp_state(m->qp) == VB_QPS_RESET) {
 		if ((rc = qp_open(ctx, mc->qkey))) {
 			char msg[VBI_ERRMSG_MAX];
@@ -444,11 +431,11 @@ uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id)
 	}
 	g->mc = mc;
 	g->group = group;
-	atomic_fetch_add(&m->joins, 1);
+	atomic_fetch_add(&ctx->st->mcast_joins, 1);
 	pthread_mutex_unlock(&m->lock);
 	return group;
 fail:
-	join_failed(m, "subscriber", group);
+	join_failed(ctx, "subscriber", group);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -505,10 +492,10 @@ void vbi_mcast_pub_join(struct vb_ctx *ctx, uint32_t topic_id, const char *who, 
 	rc = ctx->ops->mcast_join(ctx->dev, ctx->pd, NULL, (struct sockaddr *)&sa, &ctx->cp, mcp);
 	if (rc) {
 		*mcp = NULL;
-		join_failed(m, who, *group);
+		join_failed(ctx, who, *group);
 	} else {
-		atomic_fetch_add(&m->joins, 1);
-		atomic_fetch_add(&m->groups_now, 1);
+		atomic_fetch_add(&ctx->st->mcast_joins, 1);
+		atomic_fetch_add(&ctx->st->mcast_groups, 1);
 	}
 	pthread_mutex_unlock(&m->lock);
 }

@@ -30,7 +30,6 @@ void vbi_mcast_ctx_fini(struct vb_ctx *ctx);
 bool vbi_mcast_uses_dev(struct vb_ctx *ctx);
 void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
-void vbi_mcast_stats(struct vb_ctx *ctx, vb_stats_t *st);
 void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams);
 
 uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);

@@ -212,7 +212,7 @@ static void dev_reap(struct vb_ctx *ctx)
 		ctx->ops->dev_close(dr->dev);
 		dr->dev = NULL;
 		dr->closed = true;
-		atomic_fetch_add(&ctx->st.devices_released, 1);
+		atomic_fetch_add(&ctx->st->devices_released, 1);
 		vbi_warn("%s released: %d registration(s) dropped, CQ, PD and device closed, "
 			 "%.1f ms after the removal began", dr->name, n < 0 ? 0 : n,
 			 (vbi_mono_ns() - dr->removed_ns) / 1e6);
@@ -470,7 +470,7 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 	vbi_wire_put(buf, &h);
 	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN) == 0) {
 		l->to_return = 0;
-		atomic_fetch_add_explicit(&p->node->ctx->st.keepalives, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->node->ctx->st->keepalives, 1, memory_order_relaxed);
 	}
 	l->ka_sends = l->sends_total;
 	l->ka_ms = now;

@@ -184,7 +184,7 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 	uint32_t len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &buf);
 
 	if (!len) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "empty datagram dropped");
 	}
 

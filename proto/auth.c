@@ -185,7 +185,7 @@ static void refuse(struct vbi_lane *l, uint32_t reason, const char *why)
 	atomic_store(&l->auth->why, why);
 	if (reason)
 		send_auth(l, VBI_AUTH_REFUSE, reason, 0, NULL, 0, NULL, 0);
-	atomic_fetch_add(&ctx->st.auth_refused, 1);
+	atomic_fetch_add(&ctx->st->auth_refused, 1);
 	vbi_warn("connection (QP %u) refused by authentication: %s", l->qp->qpn, why);
 	vbi_event(ctx, VB_EV_AUTH_REFUSED, claimed_name(l, name, sizeof(name)),
 		  "connection refused: %s", why);
@@ -228,7 +228,7 @@ enum vbi_hello_auth_verdict vbi_hello_auth_check(struct vbi_lane *l, const struc
 		return VBI_HELLO_AUTH_GO; /* resumed after the answer */
 	memcpy(l->auth->hello, pl, h->len < VBI_HELLO_LEN_AUTH ? h->len : VBI_HELLO_LEN_AUTH);
 	if (st == VBI_AUTH_WAIT_ANSWER) {
-		atomic_fetch_add(&l->node->ctx->st.malformed, 1);
+		atomic_fetch_add(&l->node->ctx->st->malformed, 1);
 		vbi_event(l->node->ctx, VB_EV_PROTOCOL, "", "HELLO repeated during authentication");
 		return VBI_HELLO_AUTH_STOP;
 	}
@@ -323,7 +323,7 @@ void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, c
 		vbi_lane_on_hello(l, &l->auth->hello_hdr, l->auth->hello);
 		return;
 	}
-	atomic_fetch_add(&ctx->st.malformed, 1);
+	atomic_fetch_add(&ctx->st->malformed, 1);
 	vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "",
 		  "unexpected AUTH frame (op %u, %u bytes) dropped", h->frag_off, h->len);
 }
@@ -347,7 +347,7 @@ static bool rule_broken(struct vbi_lane *l, struct vbi_peer *p, const char *fmt,
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	atomic_fetch_add(&ctx->st.malformed, 1);
+	atomic_fetch_add(&ctx->st->malformed, 1);
 	vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "", "%s", why);
 	return false;
 }

@@ -58,7 +58,7 @@ static int pool_reg(void *c, void *addr, size_t len, unsigned access, uint32_t *
 	*rkey = mr->rkey;
 	*handle = mr;
 	if (vbi_in_progress_round())
-		atomic_fetch_add_explicit(&dr->ctx->st.pool_regs_progress, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&dr->ctx->st->pool_registrations_progress, 1, memory_order_relaxed);
 	return 0;
 }
 
@@ -91,7 +91,7 @@ static int devres_open(struct vb_ctx *ctx, unsigned idx, const char *name, const
 	rc = ctx->ops->dev_open(&da, &dr->dev);
 	if (rc)
 		return vbi_err_prefix(rc, "%s device", idx ? "standby" : "primary");
-	dr->dev->qp_timing = &ctx->qp_timing; /* before its first QP */
+	dr->dev->qp_timing = ctx->qp_timing; /* before its first QP */
 	snprintf(dr->name, sizeof(dr->name), "%s", dr->dev->caps.name);
 	rc = ctx->ops->pd_alloc(dr->dev, &dr->pd);
 	if (rc)
@@ -141,6 +141,8 @@ static void ctx_init_early(struct vb_ctx *ctx)
 
 	ctx->cork = attr->batch != 0;
 	ctx->wake_fd = -1;
+	ctx->st = &ctx->st_own; /* until the counters file (if any) is mapped */
+	ctx->qp_timing = &ctx->qp_timing_own;
 	(void)vbi_now_ns(); /* calibrate the hot-path clock now, not on a publish */
 	ctx->ops = &vbt_verbs_ops;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -270,6 +272,12 @@ int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out)
 			     strerror(errno));
 		goto err;
 	}
+	/* An operator's view, not the product: a counters file that cannot
+	 * be made is logged, the context works without it. Before anything
+	 * counts: the counters live in it. */
+	if (vbi_statfile_open(ctx, &ctx->statf))
+		vbi_warn("vb_ctx_create: no counters file (vb_stat will not see this "
+			 "context): %s", vbi_errmsg());
 	rc = ctx_open_devices(ctx);
 	if (rc)
 		goto err;
@@ -294,11 +302,9 @@ int vbi_ctx_open(const vb_ctx_attr_t *attr, struct vb_ctx **out)
 		if (rc)
 			goto err;
 	}
-	/* An operator's view, not the product: a counters file that cannot
-	 * be made is logged, the context works without it. */
-	if (vbi_statfile_open(ctx, &ctx->statf))
-		vbi_warn("vb_ctx_create: no counters file (vb_stat will not see this "
-			 "context): %s", vbi_errmsg());
+	if (ctx->statf && vbi_statfile_start(ctx->statf))
+		vbi_warn("vb_ctx_create: the counters file's levels will not be updated: %s",
+			 vbi_errmsg());
 	*out = ctx;
 	return 0;
 err:
@@ -323,8 +329,7 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 		return vbi_err(-EBUSY, "context still has nodes: destroy them first");
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	vbi_statfile_close(ctx->statf, true); /* first: its thread reads the context */
-	ctx->statf = NULL;
+	vbi_statfile_stop(ctx->statf); /* first: its thread reads the context */
 	atomic_store(&ctx->stop, true);
 	if (ctx->thread_running)
 		pthread_join(ctx->thread, NULL);
@@ -359,6 +364,7 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 	vbi_auth_ctx_fini(ctx);
 	if (ctx->wake_fd >= 0)
 		close(ctx->wake_fd);
+	vbi_statfile_unmap(ctx->statf); /* last: every thread has counted */
 	free(ctx);
 	return 0;
 }
@@ -368,44 +374,10 @@ void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 	struct vbi_mempool_stats ps;
 
 	memset(st, 0, sizeof(*st));
-	st->published = atomic_load(&ctx->st.published);
-	st->delivered = atomic_load(&ctx->st.delivered);
-	st->duplicates_dropped = atomic_load(&ctx->st.duplicates);
-	st->gaps = atomic_load(&ctx->st.gaps);
-	st->lost = atomic_load(&ctx->st.lost);
-	st->malformed = atomic_load(&ctx->st.malformed);
-	st->sends_posted = atomic_load(&ctx->st.sends_posted);
-	st->frames_sent = atomic_load(&ctx->st.frames_sent);
-	st->batched_frames = atomic_load(&ctx->st.batched_frames);
-	st->inline_sends = atomic_load(&ctx->st.inline_sends);
-	st->backpressure = atomic_load(&ctx->st.backpressure);
-	st->unacked_on_close = atomic_load(&ctx->st.unacked_on_close);
-	st->peer_switches = atomic_load(&ctx->st.peer_switches);
-	st->keepalives = atomic_load(&ctx->st.keepalives);
-	st->heartbeats_sent = atomic_load(&ctx->st.heartbeats);
-	st->devices_removed = atomic_load(&ctx->st.devices_removed);
-	st->devices_released = atomic_load(&ctx->st.devices_released);
-	st->events_dropped = atomic_load(&ctx->st.events_dropped);
-	st->peers_reaped = atomic_load(&ctx->st.peers_reaped);
-	st->pending_dropped = atomic_load(&ctx->st.pending_dropped);
-	st->refused = atomic_load(&ctx->st.refused);
-	st->slow_cuts = atomic_load(&ctx->st.slow_cuts);
-	st->slow_cut_msgs = atomic_load(&ctx->st.slow_cut_msgs);
-	st->streams_ended = atomic_load(&ctx->st.streams_ended);
-	st->retain_full = atomic_load(&ctx->st.retain_full);
-	st->auth_refused = atomic_load(&ctx->st.auth_refused);
-	st->acks_sent = atomic_load(&ctx->st.acks_sent);
-	st->acks_received = atomic_load(&ctx->st.acks_received);
-	st->failovers = atomic_load(&ctx->st.failovers);
-	st->rebuilds = atomic_load(&ctx->st.rebuilds);
-	st->path_downs = atomic_load(&ctx->st.path_downs);
-	st->retransmits = atomic_load(&ctx->st.retransmits);
-	st->stale_frames = atomic_load(&ctx->st.stale_frames);
-	st->lanes_created = atomic_load(&ctx->st.lanes_created);
-	st->lanes_retired = atomic_load(&ctx->st.lanes_retired);
-	st->standbys_warmed = atomic_load(&ctx->st.standbys_warmed);
-	st->recover_last_ns = atomic_load(&ctx->st.recover_last_ns);
-	st->recover_max_ns = atomic_load(&ctx->st.recover_max_ns);
+#define VBI_CTR_COPY(name) \
+	st->name = atomic_load_explicit(&ctx->st->name, memory_order_relaxed);
+	VBI_CTX_COUNTERS(VBI_CTR_COPY, VBI_CTR_COPY)
+#undef VBI_CTR_COPY
 	{
 		struct vbi_errpol_stats es;
 
@@ -426,20 +398,8 @@ void vbi_ctx_stats(struct vb_ctx *ctx, vb_stats_t *st)
 		st->pool_registered = ps.registered_bytes;
 		st->pool_in_use = ps.bytes_in_use;
 		st->pool_registrations = ps.registrations;
-		st->pool_registrations_progress = atomic_load(&ctx->st.pool_regs_progress);
 	}
-	vbi_mcast_stats(ctx, st);
 	vbi_lanepool_stats(ctx, st);
-	st->degrades = atomic_load(&ctx->st.degrades);
-	st->promotions = atomic_load(&ctx->st.promotions);
-	st->naks_sent = atomic_load(&ctx->st.naks_sent);
-	st->naks_received = atomic_load(&ctx->st.naks_received);
-	st->rto_retransmits = atomic_load(&ctx->st.rto_retransmits);
-	st->credit_resyncs = atomic_load(&ctx->st.credit_resyncs);
-	st->probes = atomic_load(&ctx->st.probes);
-	st->lanes_drained = atomic_load(&ctx->st.lanes_drained);
-	st->drain_last_ns = atomic_load(&ctx->st.drain_last_ns);
-	st->drain_max_ns = atomic_load(&ctx->st.drain_max_ns);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);

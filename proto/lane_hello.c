@@ -125,7 +125,7 @@ void vbi_lane_refuse(struct vbi_lane *l, const char *why)
 	uint8_t buf[VBI_WIRE_HDR_LEN + VBI_REFUSE_MAX];
 	uint32_t n = vbi_wire_bye_encode(buf, why);
 
-	atomic_fetch_add(&ctx->st.refused, 1); /* counted before the peer can see it */
+	atomic_fetch_add(&ctx->st->refused, 1); /* counted before the peer can see it */
 	pthread_mutex_lock(l->lk);
 	if (vbi_lane_send_ctrl(l, buf, n))
 		vbi_info("refusal not sent: %s", vbi_errmsg());
@@ -140,7 +140,7 @@ static void hello_bad(struct vbi_lane *l, const char *why, bool fatal)
 	struct vb_ctx *ctx = l->node->ctx;
 	struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "bad HELLO" };
 
-	atomic_fetch_add(&ctx->st.malformed, 1);
+	atomic_fetch_add(&ctx->st->malformed, 1);
 	if (!fatal) {
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "%s", why);
 		return;
@@ -322,7 +322,7 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 			 * that LANE frame may come after this HELLO (another
 			 * connection: no order between them). */
 			old = vbi_path_set_standby(&p->path, l);
-			atomic_fetch_add(&ctx->st.standbys_warmed, 1);
+			atomic_fetch_add(&ctx->st->standbys_warmed, 1);
 			if (old && old != l)
 				old->replaced_ns = vbi_mono_ns();
 		}

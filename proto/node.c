@@ -153,7 +153,7 @@ void vbi_node_reap(struct vb_node *node)
 		vbi_info("peer '%s' reaped", victim->name);
 		vbi_peer_free(victim);
 		vbi_ctx_put_peer(ctx);
-		atomic_fetch_add(&ctx->st.peers_reaped, 1);
+		atomic_fetch_add(&ctx->st->peers_reaped, 1);
 	}
 }
 
@@ -259,7 +259,7 @@ void vbi_node_pending_expire(struct vb_node *node)
 			continue;
 		}
 		if (l->accepted_ns && now - l->accepted_ns > limit) {
-			atomic_fetch_add(&ctx->st.pending_dropped, 1);
+			atomic_fetch_add(&ctx->st->pending_dropped, 1);
 			vbi_warn("node '%s': a connection sent no HELLO within %d ms: dropped (QP %u)",
 				 node->name, ctx->attr.cm_timeout_ms, l->qp->qpn);
 			vbi_lane_retire(l);
@@ -622,7 +622,7 @@ static bool switch_step(struct vb_node *node, struct vbi_switch *w, uint64_t now
 	}
 	if (atomic_load(&w->q->up)) {
 		atomic_store(&w->l->in_setup, false); /* the last touch: retire may take it */
-		atomic_fetch_add(&ctx->st.peer_switches, 1);
+		atomic_fetch_add(&ctx->st->peer_switches, 1);
 		vbi_event(ctx, VB_EV_PEER_SWITCHED, w->name,
 			  "%s given up: connected to %s instead after %.3f ms", w->was,
 			  addr_str(&w->to, at, sizeof(at)), (double)(now - w->t0_ns) / 1e6);

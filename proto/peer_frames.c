@@ -77,12 +77,12 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 	}
 	rc = vbi_wire_sub_decode(h, pl, &d);
 	if (rc == VBI_WSUB_MALFORMED) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "malformed SUB dropped");
 		return;
 	}
 	if (rc != VBI_WSUB_OK) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, p->name, "SUB topic id does not match its name");
 		return;
 	}
@@ -122,7 +122,7 @@ static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane
 	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
 
 	if (id < p->rx_lane_id) {
-		atomic_fetch_add_explicit(&ctx->st.stale_frames, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->stale_frames, 1, memory_order_relaxed);
 		return false;
 	}
 	if (id > p->rx_lane_id) {
@@ -153,7 +153,7 @@ static void on_refusal(struct vbi_peer *p, const struct vbi_wire_hdr *h, const u
 static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
 		   const struct vbi_wire_hdr *h)
 {
-	atomic_fetch_add(&ctx->st.acks_received, 1);
+	atomic_fetch_add(&ctx->st->acks_received, 1);
 	if (h->frag_off) { /* credits of the lane it came on */
 		bool bad;
 
@@ -167,7 +167,7 @@ static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
 			atomic_store_explicit(&p->credit_rx_ns, vbi_now_ns(),
 					      memory_order_relaxed);
 		if (bad) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
+			atomic_fetch_add(&ctx->st->malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, p->name,
 				  "ACK returns %u credits that were never used", h->frag_off);
 		}
@@ -189,7 +189,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
 
 		if (r < 0) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
+			atomic_fetch_add(&ctx->st->malformed, 1);
 			if (r == -VBI_WE_VERSION) /* a peer of another release */
 				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
 					  "frame dropped: the peer speaks wire version %u, this "
@@ -215,7 +215,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			return;
 		}
 		if (!p || !atomic_load(&l->hello_rcvd)) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
+			atomic_fetch_add(&ctx->st->malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h.type);
 			return;
 		}
@@ -241,7 +241,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 				vbi_lane_on_switch(l);
 			break;
 		case VBI_WT_NAK:
-			atomic_fetch_add(&ctx->st.naks_received, 1);
+			atomic_fetch_add(&ctx->st->naks_received, 1);
 			vbi_pub_on_nak(p->node, p, &h);
 			break;
 		case VBI_WT_UDADDR:
@@ -318,12 +318,12 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 		d->ack_urgent = false;
 		if (d->nak_pending) {
 			d->nak_pending = false;
-			atomic_fetch_add_explicit(&p->node->ctx->st.naks_sent, 1,
+			atomic_fetch_add_explicit(&p->node->ctx->st->naks_sent, 1,
 						  memory_order_relaxed);
 		}
 		d->acked_sent = d->ack_next - 1;
 	}
-	atomic_fetch_add_explicit(&p->node->ctx->st.acks_sent, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->node->ctx->st->acks_sent, 1, memory_order_relaxed);
 }
 
 int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,

@@ -222,7 +222,7 @@ struct vb_sub {
  * for the publisher (the counters file's publisher section). Any thread. */
 static inline void vbi_pub_refused(struct vb_pub *pub)
 {
-	atomic_fetch_add_explicit(&pub->node->ctx->st.backpressure, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&pub->node->ctx->st->backpressure, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pub->backpressure, 1, memory_order_relaxed);
 }
 

@@ -203,7 +203,7 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 	if (pub->attr.retain_bytes && pub->retained &&
 	    pub->retained + m->len > pub->attr.retain_bytes) {
 		rc = retain_full(pub, true);
-		atomic_fetch_add(&ctx->st.retain_full, 1);
+		atomic_fetch_add(&ctx->st->retain_full, 1);
 		return rc;
 	}
 	rc = vbi_txwin_push(&pub->win, m, m->len, &seq);
@@ -223,7 +223,7 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 		vbi_pub_release(pub); /* nobody to wait for */
 	pthread_mutex_unlock(&pub->lock);
 	claim->priv_ = NULL;
-	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->published, 1, memory_order_relaxed);
 	/* Cork batching: a publish to a connection with no SEND in flight is
 	 * posted now (no added latency when idle); one that finds a SEND in
 	 * flight is queued, and the progress thread posts everything queued,
@@ -464,7 +464,7 @@ int vbi_pub_destroy(struct vb_pub *pub)
 	/* from a callback no acknowledgement can arrive while we wait (this
 	 * thread reads them): no linger */
 	if (pub->cls == VB_ORDERED && (left = linger(pub, in_cb ? 0 : pub->attr.linger_ms)))
-		atomic_fetch_add(&node->ctx->st.unacked_on_close, left);
+		atomic_fetch_add(&node->ctx->st->unacked_on_close, left);
 	if (!in_cb) /* the on_ack callbacks of what linger saw acknowledged run first */
 		vbi_cb_wait_idle(&pub->cb_pending);
 	pthread_rwlock_wrlock(&node->lock);

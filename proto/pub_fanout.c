@@ -73,7 +73,7 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 			}
 			if (sge.length <= ctx->ud_qp->cap.max_inline_data) {
 				wr.flags |= VBT_SEND_INLINE;
-				atomic_fetch_add_explicit(&ctx->st.inline_sends, 1, memory_order_relaxed);
+				atomic_fetch_add_explicit(&ctx->st->inline_sends, 1, memory_order_relaxed);
 			}
 			s->ud_ref = m;
 			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
@@ -85,7 +85,7 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 			}
 			if (wr.flags & VBT_SEND_SIGNALED)
 				vbi_sring_signaled(&ctx->ud_sr, s);
-			atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 			posted++;
 		}
 		if (t >= nt && posted)
@@ -133,7 +133,7 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
 		vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
 			 pub->topic, pub->batch_frames);
-		atomic_fetch_add(&ctx->st.lost, pub->batch_frames);
+		atomic_fetch_add(&ctx->st->lost, pub->batch_frames);
 		pub->batch = NULL;
 		vbi_msg_put(m);
 		return 0;
@@ -157,9 +157,9 @@ static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 	}
 	pub->batch = NULL;
 	if (pub->batch_frames > 1)
-		atomic_fetch_add_explicit(&ctx->st.batched_frames, pub->batch_frames,
+		atomic_fetch_add_explicit(&ctx->st->batched_frames, pub->batch_frames,
 					  memory_order_relaxed);
-	atomic_fetch_add_explicit(&ctx->st.frames_sent, pub->batch_frames, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, pub->batch_frames, memory_order_relaxed);
 	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt, grp);
 	return 0;
 }
@@ -297,12 +297,12 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 		vbi_wire_put(dg, &h);
 		lens[i] = VBI_WIRE_HDR_LEN + flen;
 	}
-	atomic_fetch_add_explicit(&ctx->st.frames_sent, nfrag, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, nfrag, memory_order_relaxed);
 	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
 done:
 	pthread_mutex_unlock(&pub->lock);
 	pthread_mutex_unlock(&ctx->ud_lock);
-	atomic_fetch_add_explicit(&ctx->st.published, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->published, 1, memory_order_relaxed);
 	if (seq_out)
 		*seq_out = seq;
 	return rc;
@@ -394,7 +394,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 						vbi_sring_untake(&ctx->ud_sr);
 					} else {
 						vbi_sring_signaled(&ctx->ud_sr, sc);
-						atomic_fetch_add_explicit(&ctx->st.heartbeats, 1,
+						atomic_fetch_add_explicit(&ctx->st->heartbeats_sent, 1,
 									  memory_order_relaxed);
 					}
 				}

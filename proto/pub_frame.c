@@ -101,8 +101,8 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		return rc;
 	}
 	l->sends_total++;
-	atomic_fetch_add_explicit(&ctx->st.sends_posted, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&ctx->st.frames_sent, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
 	pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
 	pp->frag_sent += flen;
 	if (pp->frag_sent == m->len) {
@@ -173,9 +173,9 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	}
 	if (acks)
 		vbi_peer_acks_sent(p, l, acks_upto);
-	atomic_fetch_add_explicit(&ctx->st.frames_sent, frames, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, frames, memory_order_relaxed);
 	if (frames > 1)
-		atomic_fetch_add_explicit(&ctx->st.batched_frames, frames, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->batched_frames, frames, memory_order_relaxed);
 	return 1;
 }
 

@@ -102,7 +102,7 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 			;
 		if (!pp || h->seq > pp->high) {
 			pthread_mutex_unlock(&pub->lock);
-			atomic_fetch_add(&ctx->st.malformed, 1);
+			atomic_fetch_add(&ctx->st->malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
 				  "ACK for '%s' seq %llu: never sent to this peer", pub->topic,
 				  (unsigned long long)h->seq);
@@ -177,7 +177,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 	}
 	pthread_mutex_unlock(&peer->txlock);
 	if (n) {
-		atomic_fetch_add(&ctx->st.retransmits, n);
+		atomic_fetch_add(&ctx->st->retransmits, n);
 		atomic_fetch_add_explicit(&peer->retransmits, n, memory_order_relaxed);
 	}
 }
@@ -433,8 +433,8 @@ static void slow_cut(struct vb_pub *pub)
 		pp->frag_sent = 0;
 		pub->ends_pending++;
 		released = true;
-		atomic_fetch_add(&ctx->st.slow_cuts, 1);
-		atomic_fetch_add(&ctx->st.slow_cut_msgs, n);
+		atomic_fetch_add(&ctx->st->slow_cuts, 1);
+		atomic_fetch_add(&ctx->st->slow_cut_msgs, n);
 		vbi_warn("'%s': subscriber '%s' acknowledged nothing for %llu ms with %llu messages "
 			 "(%zu bytes) unacknowledged: its stream is cut (slow_sub_ms %u)", pub->topic,
 			 pp->peer->name, (unsigned long long)held_ms, (unsigned long long)n, bytes,

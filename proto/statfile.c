@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The context's counters file (layout: core/statfile.h; docs/operability.md,
- * "Live counters"): created by vb_ctx_create() under VERBUS_STAT_DIR,
- * rewritten every VERBUS_STAT_MS by the context's stat thread, removed by
- * vb_ctx_destroy(). A process that crashes leaves it behind with its last
- * figures (at most one interval old) and its pid: vb_stat reports it stale.
+ * "Live counters"): created by vb_ctx_create() under VERBUS_STAT_DIR before
+ * anything of the context counts, removed by vb_ctx_destroy(). A process
+ * that crashes leaves it behind with its pid: vb_stat reports it stale.
  *
- * Owner: the stat thread writes every part of the mapping after the
- * header's immutable fields (written before it starts); vbi_statfile_close
- * stops it before it unmaps. It reads the context as vb_ctx_stats() does,
- * and each peer's lanes under the peer's txlock, once per interval.
+ * Owners: the context's counters (ctx->st, engine/counters.h) and QP
+ * timing (ctx->qp_timing) live in the mapping, written in place by the
+ * threads that count. The stat thread writes the rest after the header's
+ * immutable fields (written before it starts), every VERBUS_STAT_MS: the
+ * levels it gathers from the pool, the QP pools and the peers, and the
+ * peer, lane, publisher and subscriber sections (each peer's lanes under
+ * the peer's txlock). vbi_statfile_stop() ends it; vbi_statfile_unmap(),
+ * once no thread of the context runs, points the counters back into the
+ * context and unmaps.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -41,13 +45,16 @@ struct vbi_statfile {
 	size_t size;
 	char path[256];
 	pthread_t thread;
+	bool started;                /* thread runs (vbi_statfile_start) */
 	pthread_mutex_t mu;          /* stop + cond */
 	pthread_cond_t cond;
 	bool stop;
 };
 
-/* vb_stats_t, field by field, in its order (appending a field to vb_stats_t:
- * add it here) */
+/* The values the stat thread samples, after the live ones (vb_stats_t
+ * fields that are not counters of ctx->st: levels kept by the pool, the
+ * QP pools, the sizing and the peers; appending a field to vb_stats_t
+ * that is none of ctx->st's: add it here) */
 struct stat_field {
 	const char *name;
 	uint16_t off, size;
@@ -57,26 +64,26 @@ struct stat_field {
 #define C(f) { #f, offsetof(vb_stats_t, f), sizeof(((vb_stats_t *)0)->f), VBI_STAT_COUNTER }
 #define G(f) { #f, offsetof(vb_stats_t, f), sizeof(((vb_stats_t *)0)->f), VBI_STAT_GAUGE }
 static const struct stat_field fields[] = {
-	C(published), C(delivered), C(duplicates_dropped), C(gaps), C(lost), C(malformed),
-	C(sends_posted), C(frames_sent), C(batched_frames), C(inline_sends), C(backpressure),
-	C(acks_sent), C(acks_received), G(peers), G(sq_depth), G(rq_depth), G(cq_depth),
-	G(max_inline), G(sizing_clamped), G(pool_chunks), G(pool_registered), G(pool_in_use),
-	C(pool_registrations), C(failovers), C(rebuilds), C(path_downs), C(retransmits),
-	C(stale_frames), C(lanes_created), C(lanes_retired), C(standbys_warmed),
-	G(recover_last_ns), G(recover_max_ns), C(mcast_datagrams), C(mcast_joins),
-	C(mcast_join_failures), G(mcast_groups), C(degrades), C(promotions), C(naks_sent),
-	C(naks_received), C(rto_retransmits), C(credit_resyncs), C(probes), G(peers_degraded),
-	C(unacked_on_close), C(peer_switches), C(keepalives), C(devices_removed),
-	C(devices_released), C(events_dropped), C(peers_reaped), C(slow_cuts), C(slow_cut_msgs),
-	C(streams_ended), C(retain_full), C(pending_dropped), C(refused), C(auth_refused),
+	G(peers), G(sq_depth), G(rq_depth), G(cq_depth), G(max_inline), G(sizing_clamped),
+	G(pool_chunks), G(pool_registered), G(pool_in_use), C(pool_registrations),
 	C(qp_pool_hits), C(qp_pool_misses), C(qps_recycled), C(qps_destroyed), C(qps_created),
-	G(qp_pool_parked), C(pool_registrations_progress), C(heartbeats_sent),
-	C(lanes_drained), G(drain_last_ns), G(drain_max_ns),
+	G(qp_pool_parked), G(peers_degraded),
 };
 #undef C
 #undef G
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
-#define NVALS (NFIELDS + VBI_ACT__COUNT) /* + err_by_action[] */
+#define NLIVE ((size_t)VBI_CTX_NCOUNTERS)
+#define NVALS (NLIVE + NFIELDS + VBI_ACT__COUNT) /* + err_by_action[] */
+
+/* the live values' names and kinds, in struct vbi_ctx_counters order */
+#define VBI_CTR_C(f) { #f, VBI_STAT_COUNTER },
+#define VBI_CTR_G(f) { #f, VBI_STAT_GAUGE },
+static const struct {
+	const char *name;
+	uint8_t kind;
+} live_names[] = { VBI_CTX_COUNTERS(VBI_CTR_C, VBI_CTR_G) };
+#undef VBI_CTR_C
+#undef VBI_CTR_G
 
 #define VBI_STR2(x) #x
 #define VBI_STR(x) VBI_STR2(x)
@@ -87,6 +94,15 @@ static const struct stat_field fields[] = {
 #define VBI_STAT_MAX_PUBS 256u
 #define VBI_STAT_MAX_SUBS 256u
 _Static_assert(VBI_STAT_QPT_HIST == VBI_QPT_HIST, "core/statfile.h and core/qp_fsm.h differ");
+_Static_assert(sizeof(struct vbi_stat_qpt) == sizeof(struct vbi_qp_timing_cell) &&
+		       offsetof(struct vbi_stat_qpt, hist) ==
+			       offsetof(struct vbi_qp_timing_cell, hist) &&
+		       offsetof(struct vbi_stat_qpt, last_ns) ==
+			       offsetof(struct vbi_qp_timing_cell, last_ns),
+	       "the file's QP timing entry is struct vbi_qp_timing_cell");
+_Static_assert(sizeof(struct vbi_qp_timing) ==
+		       VB_QPS__COUNT * VB_QPS__COUNT * sizeof(struct vbi_stat_qpt),
+	       "struct vbi_qp_timing is the file's QP timing section");
 
 static atomic_uint ctx_count; /* the n of verbus-<pid>-<n>.stat */
 
@@ -109,11 +125,13 @@ static void seq_end(struct vbi_stat_hdr *h)
 	__atomic_fetch_add(&h->seq, 1, __ATOMIC_RELEASE);
 }
 
-static void fill_vals(struct vbi_statfile *sf, struct vbi_stat_val *v)
+/* The sampled values (the live ones are in place already). */
+static void fill_vals(struct vbi_statfile *sf, uint64_t *v)
 {
 	vb_stats_t st;
 
 	vbi_ctx_stats(sf->ctx, &st);
+	v += NLIVE;
 	for (size_t i = 0; i < NFIELDS; i++) {
 		const unsigned char *p = (const unsigned char *)&st + fields[i].off;
 		uint64_t x = 0;
@@ -126,10 +144,10 @@ static void fill_vals(struct vbi_statfile *sf, struct vbi_stat_val *v)
 			memcpy(&y, p, 4);
 			x = y;
 		}
-		__atomic_store_n(&v[i].value, x, __ATOMIC_RELAXED);
+		__atomic_store_n(&v[i], x, __ATOMIC_RELAXED);
 	}
 	for (unsigned a = 0; a < VBI_ACT__COUNT; a++)
-		__atomic_store_n(&v[NFIELDS + a].value, st.err_by_action[a], __ATOMIC_RELAXED);
+		__atomic_store_n(&v[NFIELDS + a], st.err_by_action[a], __ATOMIC_RELAXED);
 }
 
 static void fill_lane(struct vbi_stat_lane *o, const struct vbi_peer *p, struct vbi_lane *l,
@@ -229,25 +247,6 @@ static void fill_sub(struct vbi_stat_sub *o, struct vb_node *n, struct vb_sub *s
 	o->ends = atomic_load(&sub->ends);
 }
 
-static void fill_qpt(struct vbi_statfile *sf)
-{
-	struct vbi_stat_hdr *h = sf->hdr;
-	struct vbi_stat_qpt *o = (struct vbi_stat_qpt *)((char *)h + h->qpt_off);
-	struct vbi_qp_timing_cell(*c)[VB_QPS__COUNT] = sf->ctx->qp_timing.t;
-
-	for (unsigned f = 0; f < VB_QPS__COUNT; f++)
-		for (unsigned t = 0; t < VB_QPS__COUNT; t++, o++) {
-			o->from = (uint8_t)f;
-			o->to = (uint8_t)t;
-			o->n = __atomic_load_n(&c[f][t].n, __ATOMIC_RELAXED);
-			o->total_ns = __atomic_load_n(&c[f][t].total_ns, __ATOMIC_RELAXED);
-			o->max_ns = __atomic_load_n(&c[f][t].max_ns, __ATOMIC_RELAXED);
-			o->last_ns = __atomic_load_n(&c[f][t].last_ns, __ATOMIC_RELAXED);
-			for (unsigned b = 0; b < VBI_QPT_HIST; b++)
-				o->hist[b] = __atomic_load_n(&c[f][t].hist[b], __ATOMIC_RELAXED);
-		}
-}
-
 /* The peers and their lanes, under the locks vbi_node_dump() takes. */
 static void fill_peers(struct vbi_statfile *sf)
 {
@@ -311,9 +310,8 @@ static void update(struct vbi_statfile *sf)
 	struct vbi_stat_hdr *h = sf->hdr;
 
 	seq_begin(h);
-	fill_vals(sf, (struct vbi_stat_val *)((char *)h + h->vals_off));
+	fill_vals(sf, (uint64_t *)((char *)h + h->vals_off));
 	fill_peers(sf);
-	fill_qpt(sf);
 	h->updated_ns = vbi_real_ns();
 	h->updates++;
 	seq_end(h);
@@ -343,13 +341,14 @@ static void *stat_main(void *arg)
 	return NULL;
 }
 
+/* Everything of the header but the devices (open before them), and the
+ * names of the values. */
 static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_ms,
 			uint32_t max_peers, uint32_t max_lanes)
 {
 	const uint64_t pubs = (uint64_t)VBI_STAT_MAX_PUBS, subs = (uint64_t)VBI_STAT_MAX_SUBS;
 	struct vbi_stat_hdr *h = sf->hdr;
-	struct vbi_stat_val *v;
-	struct vb_ctx *ctx = sf->ctx;
+	struct vbi_stat_name *v;
 	FILE *f;
 
 	memcpy(h->magic, VBI_STAT_MAGIC, sizeof(h->magic));
@@ -362,44 +361,54 @@ static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_
 		h->start_ticks = 0; /* no /proc: staleness by pid only */
 	h->created_ns = vbi_real_ns();
 	h->interval_ms = interval_ms;
-	h->val_size = sizeof(struct vbi_stat_val);
+	h->name_size = sizeof(struct vbi_stat_name);
 	h->peer_size = sizeof(struct vbi_stat_peer);
 	h->lane_size = sizeof(struct vbi_stat_lane);
 	h->nvals = NVALS;
+	h->nlive = NLIVE;
 	h->max_peers = max_peers;
 	h->max_lanes = max_lanes;
-	h->vals_off = sizeof(*h);
-	h->peers_off = h->vals_off + (uint64_t)NVALS * sizeof(struct vbi_stat_val);
-	h->lanes_off = h->peers_off + (uint64_t)max_peers * sizeof(struct vbi_stat_peer);
 	h->pub_size = sizeof(struct vbi_stat_pub);
 	h->sub_size = sizeof(struct vbi_stat_sub);
 	h->qpt_size = sizeof(struct vbi_stat_qpt);
 	h->max_pubs = (uint32_t)pubs;
 	h->max_subs = (uint32_t)subs;
-	h->nqpt = VB_QPS__COUNT * VB_QPS__COUNT;
+	h->nqps = VB_QPS__COUNT;
+	/* the in-place parts first, each 64-byte aligned (the header is a
+	 * multiple of 8: the values are aligned for their atomics) */
+	h->vals_off = sizeof(*h);
+	h->qpt_off = h->vals_off + (uint64_t)NVALS * sizeof(uint64_t);
+	h->names_off = h->qpt_off + sizeof(struct vbi_qp_timing);
+	h->peers_off = h->names_off + (uint64_t)NVALS * sizeof(struct vbi_stat_name);
+	h->lanes_off = h->peers_off + (uint64_t)max_peers * sizeof(struct vbi_stat_peer);
 	h->pubs_off = h->lanes_off + (uint64_t)max_lanes * sizeof(struct vbi_stat_lane);
 	h->subs_off = h->pubs_off + pubs * sizeof(struct vbi_stat_pub);
-	h->qpt_off = h->subs_off + subs * sizeof(struct vbi_stat_sub);
 	copy_str(h->lib_version, sizeof(h->lib_version), VBI_VERSION_STR);
 	if ((f = fopen("/proc/self/comm", "r"))) {
 		if (fgets(h->progname, sizeof(h->progname), f))
 			h->progname[strcspn(h->progname, "\n")] = '\0';
 		fclose(f);
 	}
-	copy_str(h->device, sizeof(h->device), ctx->dr[0].name);
-	if (ctx->ndev > 1)
-		copy_str(h->standby_device, sizeof(h->standby_device), ctx->dr[1].name);
-	v = (struct vbi_stat_val *)((char *)h + h->vals_off);
-	for (size_t i = 0; i < NFIELDS; i++) {
-		copy_str(v[i].name, sizeof(v[i].name), fields[i].name);
-		v[i].kind = fields[i].kind;
+	v = (struct vbi_stat_name *)((char *)h + h->names_off);
+	for (size_t i = 0; i < NLIVE; i++, v++) {
+		copy_str(v->name, sizeof(v->name), live_names[i].name);
+		v->kind = live_names[i].kind;
+		v->writer = VBI_STAT_LIVE;
 	}
-	for (unsigned a = 0; a < VBI_ACT__COUNT; a++) {
-		snprintf(v[NFIELDS + a].name, sizeof(v[0].name), "err_action_%s",
+	for (size_t i = 0; i < NFIELDS; i++, v++) {
+		copy_str(v->name, sizeof(v->name), fields[i].name);
+		v->kind = fields[i].kind;
+		v->writer = VBI_STAT_SAMPLED;
+	}
+	for (unsigned a = 0; a < VBI_ACT__COUNT; a++, v++) {
+		snprintf(v->name, sizeof(v->name), "err_action_%s",
 			 vbi_err_action_name((enum vbi_err_action)a));
-		v[NFIELDS + a].kind = VBI_STAT_COUNTER;
+		v->kind = VBI_STAT_COUNTER;
+		v->writer = VBI_STAT_SAMPLED;
 	}
 }
+
+_Static_assert(sizeof(struct vbi_stat_hdr) % 8 == 0, "the values follow the header");
 
 int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 {
@@ -407,7 +416,6 @@ int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 	const char *dir = NULL;
 	unsigned interval = 0, no;
 	uint32_t max_peers = ctx->attr.max_peers, max_lanes = 4 * ctx->attr.max_peers;
-	pthread_condattr_t ca;
 	int fd, rc;
 
 	*out = NULL;
@@ -422,12 +430,12 @@ int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 	sf->ctx = ctx;
 	no = atomic_fetch_add(&ctx_count, 1);
 	snprintf(sf->path, sizeof(sf->path), "%s/verbus-%d-%u.stat", dir, (int)getpid(), no);
-	sf->size = sizeof(struct vbi_stat_hdr) + NVALS * sizeof(struct vbi_stat_val) +
+	sf->size = sizeof(struct vbi_stat_hdr) + NVALS * sizeof(uint64_t) +
+		   sizeof(struct vbi_qp_timing) + NVALS * sizeof(struct vbi_stat_name) +
 		   (size_t)max_peers * sizeof(struct vbi_stat_peer) +
 		   (size_t)max_lanes * sizeof(struct vbi_stat_lane) +
 		   VBI_STAT_MAX_PUBS * sizeof(struct vbi_stat_pub) +
-		   VBI_STAT_MAX_SUBS * sizeof(struct vbi_stat_sub) +
-		   VB_QPS__COUNT * VB_QPS__COUNT * sizeof(struct vbi_stat_qpt);
+		   VBI_STAT_MAX_SUBS * sizeof(struct vbi_stat_sub);
 	/* a file of that name outlived a process with our pid: replace it */
 	(void)unlink(sf->path);
 	fd = open(sf->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -448,34 +456,69 @@ int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 	}
 	close(fd);
 	fill_header(sf, no, interval, max_peers, max_lanes);
+	/* the file is zeros: nothing has counted yet (before the devices) */
+	ctx->st = (struct vbi_ctx_counters *)((char *)sf->hdr + sf->hdr->vals_off);
+	ctx->qp_timing = (struct vbi_qp_timing *)((char *)sf->hdr + sf->hdr->qpt_off);
 	pthread_mutex_init(&sf->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&sf->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if ((rc = -pthread_create(&sf->thread, NULL, stat_main, sf))) {
-		vbi_err(rc, "stat thread: %s", strerror(-rc));
-		vbi_statfile_close(sf, false);
-		return rc;
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&sf->cond, &ca);
+		pthread_condattr_destroy(&ca);
 	}
-	vbi_thread_name(sf->thread, "vb-stat");
 	*out = sf;
 	return 0;
 }
 
-void vbi_statfile_close(struct vbi_statfile *sf, bool thread)
+int vbi_statfile_start(struct vbi_statfile *sf)
+{
+	struct vbi_stat_hdr *h = sf->hdr;
+	struct vb_ctx *ctx = sf->ctx;
+	int rc;
+
+	seq_begin(h);
+	copy_str(h->device, sizeof(h->device), ctx->dr[0].name);
+	if (ctx->ndev > 1)
+		copy_str(h->standby_device, sizeof(h->standby_device), ctx->dr[1].name);
+	seq_end(h);
+	if ((rc = -pthread_create(&sf->thread, NULL, stat_main, sf)))
+		return vbi_err(rc, "stat thread: %s", strerror(-rc));
+	vbi_thread_name(sf->thread, "vb-stat");
+	sf->started = true;
+	return 0;
+}
+
+void vbi_statfile_stop(struct vbi_statfile *sf)
 {
 	if (!sf)
 		return;
-	if (thread) {
+	if (sf->started) {
 		pthread_mutex_lock(&sf->mu);
 		sf->stop = true;
 		pthread_cond_signal(&sf->cond);
 		pthread_mutex_unlock(&sf->mu);
 		pthread_join(sf->thread, NULL);
+		sf->started = false;
 	}
 	__atomic_store_n(&sf->hdr->closing, 1, __ATOMIC_RELEASE);
 	unlink(sf->path);
+}
+
+void vbi_statfile_unmap(struct vbi_statfile *sf)
+{
+	struct vb_ctx *ctx;
+
+	if (!sf)
+		return;
+	ctx = sf->ctx;
+	vbi_statfile_stop(sf);
+	/* no thread of the context runs: the counters move back whole */
+	memcpy(&ctx->st_own, ctx->st, sizeof(ctx->st_own));
+	memcpy(&ctx->qp_timing_own, ctx->qp_timing, sizeof(ctx->qp_timing_own));
+	ctx->st = &ctx->st_own;
+	ctx->qp_timing = &ctx->qp_timing_own;
 	munmap(sf->hdr, sf->size);
 	pthread_cond_destroy(&sf->cond);
 	pthread_mutex_destroy(&sf->mu);

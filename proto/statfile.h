@@ -6,18 +6,26 @@
 #ifndef VBI_PROTO_STATFILE_H
 #define VBI_PROTO_STATFILE_H
 
-#include <stdbool.h>
-
 struct vb_ctx;
 struct vbi_statfile;
 
-/* Creates <VERBUS_STAT_DIR>/verbus-<pid>-<n>.stat for @ctx (its devices
- * open, its nodes not yet) and starts the thread that rewrites it every
- * VERBUS_STAT_MS. *out = NULL and 0 when VERBUS_STAT_MS is 0. Returns 0,
- * or -errno of the file (the message names it) or of the thread. */
+/* Creates and maps <VERBUS_STAT_DIR>/verbus-<pid>-<n>.stat for @ctx, and
+ * points ctx->st and ctx->qp_timing into it: call it before anything of
+ * the context counts (before its devices open). *out = NULL and 0 when
+ * VERBUS_STAT_MS is 0 (the counters stay in the context). Returns 0, or
+ * -errno of the file (the message names it). The creating thread. */
 int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out);
-/* Stops the thread (@thread: it was started), removes the file, frees
- * @sf (NULL: nothing). Before the context's devices close. */
-void vbi_statfile_close(struct vbi_statfile *sf, bool thread);
+/* Names the devices in the header and starts the stat thread, which
+ * samples the rest every VERBUS_STAT_MS: once the context is set up.
+ * 0, or -errno of pthread_create (the file stays, with its in-place
+ * counters). The creating thread. */
+int vbi_statfile_start(struct vbi_statfile *sf);
+/* Stops the stat thread (when it runs), marks the file closing and
+ * removes it; the mapping stays (the counters still land in it). Before
+ * the context's nodes, devices or pools are freed. NULL: nothing. */
+void vbi_statfile_stop(struct vbi_statfile *sf);
+/* Stops (if not yet), moves the counters back into the context, unmaps
+ * and frees @sf. Once no other thread of the context runs. NULL: nothing. */
+void vbi_statfile_unmap(struct vbi_statfile *sf);
 
 #endif

@@ -138,8 +138,8 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
 
 	atomic_fetch_add(&sub->gaps, 1);
 	atomic_fetch_add(&sub->lost, lost);
-	atomic_fetch_add_explicit(&ctx->st.gaps, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&ctx->st.lost, lost, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->gaps, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->lost, lost, memory_order_relaxed);
 	if (sub->attr.on_gap && vbi_cb_queue_gap(sub, r->session, lost, next))
 		vbi_warn("'%s': gap of %llu not reported to the application: no memory",
 			 sub->topic, (unsigned long long)lost);
@@ -225,7 +225,7 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	switch (v) {
 	case VBI_RX_DUPLICATE:
 		atomic_fetch_add(&sub->duplicates, 1);
-		atomic_fetch_add_explicit(&ctx->st.duplicates, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ctx->st->duplicates_dropped, 1, memory_order_relaxed);
 		if (r->peer) /* ORDERED: see ack_owed() */
 			ack_owed(r, true, false, false);
 		return false;
@@ -235,13 +235,13 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 			return false;
 		}
 		/* RC delivers in order: a hole means a protocol fault upstream. */
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "",
 			  "'%s' seq %llu arrived, %llu expected: dropped", sub->topic,
 			  (unsigned long long)h->seq, (unsigned long long)r->rx.next);
 		return false;
 	case VBI_RX_INVALID: /* seq 2^64 - 1: it would wrap the stream (core/stream.h) */
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, r->peer ? r->peer->name : "(datagram)",
 			  "'%s' seq %llu out of range: dropped", sub->topic,
 			  (unsigned long long)h->seq);
@@ -288,7 +288,7 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	int rc;
 
 	if (!r) {
-		atomic_fetch_add(&sub->node->ctx->st.malformed, 1);
+		atomic_fetch_add(&sub->node->ctx->st->malformed, 1);
 		vbi_event(sub->node->ctx, VB_EV_PROTOCOL, peer ? peer->name : "(datagram)",
 			  "'%s': no stream for publisher session %08x (limit %d or no memory): "
 			  "dropped", sub->topic, h->session, VBI_MAX_STREAMS_PER_SUB);
@@ -321,7 +321,7 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 	} else if (rc == -EPROTO && peer) {
 		/* ORDERED rides RC, which delivers fragments in order: one that
 		 * does not continue the message is the peer's protocol fault. */
-		atomic_fetch_add(&sub->node->ctx->st.malformed, 1);
+		atomic_fetch_add(&sub->node->ctx->st->malformed, 1);
 		vbi_event(sub->node->ctx, VB_EV_PROTOCOL, peer->name,
 			  "'%s' seq %llu: stray fragment at offset %u of %u dropped", sub->topic,
 			  (unsigned long long)h->seq, h->frag_off, h->msg_len);
@@ -346,7 +346,7 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (r < 0) {
-			atomic_fetch_add(&ctx->st.malformed, 1);
+			atomic_fetch_add(&ctx->st->malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "datagram frame dropped: %s",
 				  vbi_wire_err_name((enum vbi_wire_err)-r));
 			break;
@@ -381,7 +381,7 @@ void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 	struct vb_sub *sub = vbi_sub_find(peer->node, h->topic);
 
 	if (!vbi_wire_end_ok(h)) {
-		atomic_fetch_add(&ctx->st.malformed, 1);
+		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, peer->name, "END frame with session %08x reason %u "
 			  "dropped", h->session, h->frag_off);
 		return;
@@ -394,7 +394,7 @@ void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 			vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
 		}
 	atomic_fetch_add(&sub->ends, 1);
-	atomic_fetch_add(&ctx->st.streams_ended, 1);
+	atomic_fetch_add(&ctx->st->streams_ended, 1);
 	vbi_warn("'%s': publisher %08x on '%s' cut our stream after seq %llu: we acknowledged "
 		 "nothing for its slow_sub_ms (slow subscriber)", sub->topic, h->session, peer->name,
 		 (unsigned long long)h->seq);

@@ -72,10 +72,13 @@ static bool stale(const struct vbi_stat_hdr *h)
 static bool layout_ok(const struct vbi_stat_hdr *h, size_t size)
 {
 	return h->hdr_size >= sizeof(*h) && h->file_size <= size &&
-	       h->val_size >= sizeof(struct vbi_stat_val) &&
+	       h->name_size >= sizeof(struct vbi_stat_name) && h->nlive <= h->nvals &&
+	       h->nqps <= 16 &&
 	       h->peer_size >= sizeof(struct vbi_stat_peer) &&
 	       h->lane_size >= sizeof(struct vbi_stat_lane) &&
-	       h->vals_off + (uint64_t)h->nvals * h->val_size <= h->file_size &&
+	       h->vals_off % 8 == 0 &&
+	       h->vals_off + (uint64_t)h->nvals * sizeof(uint64_t) <= h->file_size &&
+	       h->names_off + (uint64_t)h->nvals * h->name_size <= h->file_size &&
 	       h->peers_off + (uint64_t)h->max_peers * h->peer_size <= h->file_size &&
 	       h->lanes_off + (uint64_t)h->max_lanes * h->lane_size <= h->file_size &&
 	       h->pub_size >= sizeof(struct vbi_stat_pub) &&
@@ -83,7 +86,7 @@ static bool layout_ok(const struct vbi_stat_hdr *h, size_t size)
 	       h->qpt_size >= sizeof(struct vbi_stat_qpt) &&
 	       h->pubs_off + (uint64_t)h->max_pubs * h->pub_size <= h->file_size &&
 	       h->subs_off + (uint64_t)h->max_subs * h->sub_size <= h->file_size &&
-	       h->qpt_off + (uint64_t)h->nqpt * h->qpt_size <= h->file_size;
+	       h->qpt_off + (uint64_t)h->nqps * h->nqps * h->qpt_size <= h->file_size;
 }
 
 #if defined(__has_feature)
@@ -162,9 +165,14 @@ static int snap_read(struct snap *s, const char *path)
 	return 0;
 }
 
-static const struct vbi_stat_val *val(const struct vbi_stat_hdr *h, unsigned i)
+static const struct vbi_stat_name *name(const struct vbi_stat_hdr *h, unsigned i)
 {
-	return (const void *)((const char *)h + h->vals_off + (size_t)i * h->val_size);
+	return (const void *)((const char *)h + h->names_off + (size_t)i * h->name_size);
+}
+
+static uint64_t value(const struct vbi_stat_hdr *h, unsigned i)
+{
+	return ((const uint64_t *)(const void *)((const char *)h + h->vals_off))[i];
 }
 
 static const struct vbi_stat_peer *peer(const struct vbi_stat_hdr *h, unsigned i)
@@ -187,9 +195,15 @@ static const struct vbi_stat_sub *subrec(const struct vbi_stat_hdr *h, unsigned 
 	return (const void *)((const char *)h + h->subs_off + (size_t)i * h->sub_size);
 }
 
+/* QP timing entry @i: from i / nqps, to i % nqps */
 static const struct vbi_stat_qpt *qpt(const struct vbi_stat_hdr *h, unsigned i)
 {
 	return (const void *)((const char *)h + h->qpt_off + (size_t)i * h->qpt_size);
+}
+
+static unsigned nqpt(const struct vbi_stat_hdr *h)
+{
+	return h->nqps * h->nqps;
 }
 
 static unsigned npubs(const struct vbi_stat_hdr *h)
@@ -349,13 +363,13 @@ static unsigned long bucket_us(unsigned b)
 static void print_text_qpt(const struct vbi_stat_hdr *h)
 {
 	printf("  QP state changes (count, last / mean / max ms, histogram <1us ..):\n");
-	for (unsigned i = 0; i < h->nqpt; i++) {
+	for (unsigned i = 0; i < nqpt(h); i++) {
 		const struct vbi_stat_qpt *t = qpt(h, i);
 
 		if (!t->n)
 			continue;
-		printf("    %-5s -> %-5s %6llu  %8.3f %8.3f %8.3f ", qps_name(t->from),
-		       qps_name(t->to), (unsigned long long)t->n, (double)t->last_ns / 1e6,
+		printf("    %-5s -> %-5s %6llu  %8.3f %8.3f %8.3f ", qps_name(i / h->nqps),
+		       qps_name(i % h->nqps), (unsigned long long)t->n, (double)t->last_ns / 1e6,
 		       (double)t->total_ns / (double)t->n / 1e6, (double)t->max_ns / 1e6);
 		for (unsigned b = 0; b < VBI_STAT_QPT_HIST; b++)
 			if (t->hist[b])
@@ -379,14 +393,15 @@ static void print_text(struct snap *s)
 	       s->torn ? " (torn: its writer died mid-update)" : "",
 	       now > h->updated_ns ? (double)(now - h->updated_ns) / 1e9 : 0.0);
 	for (unsigned i = 0; i < h->nvals; i++) {
-		const struct vbi_stat_val *v = val(h, i);
+		const struct vbi_stat_name *v = name(h, i);
+		uint64_t x = value(h, i);
 		char buf[96];
 		int len;
 
-		len = snprintf(buf, sizeof(buf), "%s %llu", v->name, (unsigned long long)v->value);
-		if (ph && dt > 0 && v->kind == VBI_STAT_COUNTER && v->value >= val(ph, i)->value)
+		len = snprintf(buf, sizeof(buf), "%s %llu", v->name, (unsigned long long)x);
+		if (ph && dt > 0 && v->kind == VBI_STAT_COUNTER && x >= value(ph, i))
 			snprintf(buf + len, sizeof(buf) - (size_t)len, " (%.0f/s)",
-				 (double)(v->value - val(ph, i)->value) / dt);
+				 (double)(x - value(ph, i)) / dt);
 		printf("  %-38s", buf);
 		if (++col == 3) {
 			printf("\n");
@@ -465,8 +480,8 @@ static void print_json(struct snap *s)
 	       s->torn ? "true" : "false", (unsigned long long)h->created_ns,
 	       (unsigned long long)h->updated_ns, (unsigned long long)h->updates, h->interval_ms);
 	for (unsigned i = 0; i < h->nvals; i++)
-		printf("%s\"%s\":%llu", i ? "," : "", val(h, i)->name,
-		       (unsigned long long)val(h, i)->value);
+		printf("%s\"%s\":%llu", i ? "," : "", name(h, i)->name,
+		       (unsigned long long)value(h, i));
 	printf("},\"peers\":[");
 	for (unsigned i = 0; i < npeers(h); i++) {
 		const struct vbi_stat_peer *p = peer(h, i);
@@ -542,14 +557,14 @@ static void print_json(struct snap *s)
 		       (unsigned long long)p->ends);
 	}
 	printf("],\"qp_transitions\":[");
-	for (unsigned i = 0, k = 0; i < h->nqpt; i++) {
+	for (unsigned i = 0, k = 0; i < nqpt(h); i++) {
 		const struct vbi_stat_qpt *t = qpt(h, i);
 
 		if (!t->n)
 			continue;
 		printf("%s{\"from\":\"%s\",\"to\":\"%s\",\"count\":%llu,\"total_ns\":%llu,"
 		       "\"max_ns\":%llu,\"last_ns\":%llu,\"hist\":[", k++ ? "," : "",
-		       qps_name(t->from), qps_name(t->to), (unsigned long long)t->n,
+		       qps_name(i / h->nqps), qps_name(i % h->nqps), (unsigned long long)t->n,
 		       (unsigned long long)t->total_ns, (unsigned long long)t->max_ns,
 		       (unsigned long long)t->last_ns);
 		for (unsigned b = 0; b < VBI_STAT_QPT_HIST; b++)
@@ -662,7 +677,7 @@ static void print_prometheus_qpt(struct snap *s, size_t n)
 	printf("# HELP verbus_qp_transition_seconds how long ibv_modify_qp took, per state "
 	       "change\n# TYPE verbus_qp_transition_seconds histogram\n");
 	for (size_t c = 0; c < n; c++)
-		for (unsigned i = 0; i < s[c].h->nqpt; i++) {
+		for (unsigned i = 0; i < nqpt(s[c].h); i++) {
 			const struct vbi_stat_qpt *t = qpt(s[c].h, i);
 			uint64_t cum = 0;
 
@@ -678,19 +693,19 @@ static void print_prometheus_qpt(struct snap *s, size_t n)
 					snprintf(le, sizeof(le), "+Inf");
 				printf("verbus_qp_transition_seconds_bucket{");
 				prom_ctx_labels(s[c].h);
-				prom_label("from", qps_name(t->from), false);
-				prom_label("to", qps_name(t->to), false);
+				prom_label("from", qps_name(i / s[c].h->nqps), false);
+				prom_label("to", qps_name(i % s[c].h->nqps), false);
 				prom_label("le", le, false);
 				printf("} %llu\n", (unsigned long long)cum);
 			}
 			printf("verbus_qp_transition_seconds_sum{");
 			prom_ctx_labels(s[c].h);
-			prom_label("from", qps_name(t->from), false);
-			prom_label("to", qps_name(t->to), false);
+			prom_label("from", qps_name(i / s[c].h->nqps), false);
+			prom_label("to", qps_name(i % s[c].h->nqps), false);
 			printf("} %.9f\nverbus_qp_transition_seconds_count{", (double)t->total_ns / 1e9);
 			prom_ctx_labels(s[c].h);
-			prom_label("from", qps_name(t->from), false);
-			prom_label("to", qps_name(t->to), false);
+			prom_label("from", qps_name(i / s[c].h->nqps), false);
+			prom_label("to", qps_name(i % s[c].h->nqps), false);
 			printf("} %llu\n", (unsigned long long)t->n);
 		}
 }
@@ -707,18 +722,18 @@ static void print_prometheus(struct snap *s, size_t n)
 		printf("} %d\n", strcmp(s[c].state, "stale") == 0);
 	}
 	for (unsigned i = 0; i < s[0].h->nvals; i++) {
-		const struct vbi_stat_val *v0 = val(s[0].h, i);
+		const struct vbi_stat_name *v0 = name(s[0].h, i);
 		bool ctr = v0->kind == VBI_STAT_COUNTER;
 
 		printf("# HELP verbus_%s%s vb_stats_t.%s (vb_ctx_stats(3))\n# TYPE verbus_%s%s %s\n",
 		       v0->name, ctr ? "_total" : "", v0->name, v0->name, ctr ? "_total" : "",
 		       ctr ? "counter" : "gauge");
 		for (size_t c = 0; c < n; c++) {
-			if (i >= s[c].h->nvals || strcmp(val(s[c].h, i)->name, v0->name))
+			if (i >= s[c].h->nvals || strcmp(name(s[c].h, i)->name, v0->name))
 				continue; /* another version's layout */
 			printf("verbus_%s%s{", v0->name, ctr ? "_total" : "");
 			prom_ctx_labels(s[c].h);
-			printf("} %llu\n", (unsigned long long)val(s[c].h, i)->value);
+			printf("} %llu\n", (unsigned long long)value(s[c].h, i));
 		}
 	}
 #define X(f, type, help)                                                                      \

@@ -6,7 +6,10 @@
  *   (SIGKILL) with its file in place; `vb_stat` lists it live before, and
  *   `vb_stat --json --once PID` reports it "stale" after, with the figures
  *   it had (its sizing, as the child's vb_ctx_stats() saw it); `vb_stat
- *   --clean` removes the file.
+ *   --clean` removes the file. The child's stat thread updates once an
+ *   hour (VERBUS_STAT_MS): the child publishes only after that first
+ *   update is in the file, and the file shows every publish at once and
+ *   after the kill (the counters are written in place, not copied).
  * test_counters_move_and_match: one context, a publishing and a subscribing
  *   node connected over the device; `vb_stat --json --once` (another
  *   process) sees published/delivered move between two batches, a peer up
@@ -111,23 +114,54 @@ static unsigned files_of(pid_t pid)
 
 /* ---- a killed process ----------------------------------------------------------------------- */
 
+#define CHILD_PUBLISHES 37
+
 struct child_share {
-	int ready;
+	int ready, go, published;
 	uint32_t sq_depth;
+	uint64_t stats_published;
 };
 
 static int child_main(void *arg)
 {
 	struct child_share *sh = arg;
-	vb_ctx_t *ctx = vbt_ctx_open(NULL);
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_pub_t *pub;
 	vb_stats_t st;
+	uint8_t buf[32] = { 0 };
+	uint64_t seq, t0;
 
+	setenv("VERBUS_STAT_MS", "3600000", 1); /* one update: at the start */
+	ctx = vbt_ctx_open(NULL);
+	node = vbt_node_open(ctx, "stat-child", false);
+	/* FANOUT with no subscriber: each publish counts, nothing waits */
+	assert_int_equal(vb_pub_create(node, "stat.child", VB_FANOUT, NULL, &pub), 0);
 	vb_ctx_stats(ctx, &st);
 	sh->sq_depth = st.sq_depth;
 	__atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
+	for (t0 = vbt_now_ms(); !__atomic_load_n(&sh->go, __ATOMIC_ACQUIRE); usleep(5000))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			return 1;
+	for (unsigned i = 0; i < CHILD_PUBLISHES; i++)
+		if (vb_publish(pub, buf, sizeof(buf), &seq))
+			return 2;
+	vb_ctx_stats(ctx, &st);
+	sh->stats_published = st.published;
+	__atomic_store_n(&sh->published, 1, __ATOMIC_RELEASE);
 	for (;;)
 		pause(); /* killed */
 	return 0;
+}
+
+/* Waits for @flag of the child @pid (it fails the test past WAIT_MS). */
+static void child_wait(pid_t *pid, const int *flag, const char *what)
+{
+	for (uint64_t t0 = vbt_now_ms(); !__atomic_load_n(flag, __ATOMIC_ACQUIRE); usleep(5000))
+		if (vbt_now_ms() - t0 > WAIT_MS) {
+			vbt_reap(pid);
+			fail_msg("the child %s in %d ms", what, WAIT_MS);
+		}
 }
 
 static void test_killed_is_stale(void **state)
@@ -141,11 +175,30 @@ static void test_killed_is_stale(void **state)
 	(void)state;
 	assert_non_null(sh);
 	pid = vbt_spawn(child_main, sh);
-	for (t0 = vbt_now_ms(); !__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE); usleep(5000))
+	child_wait(&pid, &sh->ready, "made no context");
+	/* the stat thread's one update is in the file, with nothing published */
+	for (t0 = vbt_now_ms();; usleep(5000)) {
+		out = json_of(pid);
+		if (json_u64(out, "updates") >= 1)
+			break;
+		free(out);
 		if (vbt_now_ms() - t0 > WAIT_MS) {
 			vbt_reap(&pid);
-			fail_msg("the child made no context in %d ms", WAIT_MS);
+			fail_msg("the child's stat thread made no update in %d ms", WAIT_MS);
 		}
+	}
+	assert_int_equal(json_u64(out, "published"), 0);
+	free(out);
+	__atomic_store_n(&sh->go, 1, __ATOMIC_RELEASE);
+	child_wait(&pid, &sh->published, "did not publish");
+	assert_int_equal(sh->stats_published, CHILD_PUBLISHES);
+	out = json_of(pid);
+	printf("child published %d, its file says published %" PRIu64 " after %" PRIu64
+	       " update(s)\n", CHILD_PUBLISHES, json_u64(out, "published"),
+	       json_u64(out, "updates"));
+	assert_int_equal(json_u64(out, "updates"), 1); /* no update since */
+	assert_int_equal(json_u64(out, "published"), CHILD_PUBLISHES);
+	free(out);
 	out = vb_stat("", &rc); /* the list */
 	snprintf(line, sizeof(line), "%-8d", (int)pid);
 	printf("vb_stat (list), child %d alive:\n%s", (int)pid, out);
@@ -163,6 +216,7 @@ static void test_killed_is_stale(void **state)
 	printf("after SIGKILL: %.300s...\n", out);
 	assert_non_null(strstr(out, "\"state\":\"stale\""));
 	assert_int_equal(json_u64(out, "sq_depth"), sh->sq_depth);
+	assert_int_equal(json_u64(out, "published"), CHILD_PUBLISHES);
 	free(out);
 	assert_int_equal(files_of(pid), 1);
 	out = vb_stat("--clean", &rc);
