@@ -80,7 +80,8 @@ struct vbi_stat_hdr {
 	uint64_t updated_ns;      /* CLOCK_REALTIME of the last update */
 	uint64_t updates;         /* updates made */
 	uint32_t npeers, nlanes;  /* entries in use in those sections */
-	uint32_t npubs, nsubs;
+	uint32_t npubs, nsubs;    /* nsubs: slots in use (written when one is
+				   * taken or given back) */
 	uint32_t closing;         /* 1: vb_ctx_destroy() is removing the file */
 	uint32_t truncated;       /* 1: more peers, lanes, publishers or
 				   * subscribers than the sections hold */
@@ -144,12 +145,17 @@ struct vbi_stat_pub {
 	uint64_t backpressure;     /* -EAGAIN returned to its publishers */
 };
 
-/* one per subscriber of every node (vb_sub_stats_t) */
+/* A slot per subscriber (vb_sub_stats_t), taken when it is created and
+ * given back when it is freed: in_use 1 while it is (a reader shows the
+ * slots in use, in any order). Its counters are written in place by the
+ * threads that count (the subscriber's vbi_sub_ctr, proto/proto.h). */
 struct vbi_stat_sub {
 	char node[VBI_STAT_STR], topic[VBI_STAT_STR];
 	uint8_t cls;
-	uint8_t pad[7];
+	uint8_t in_use;
+	uint8_t pad[6];
 	uint64_t delivered, duplicates, gaps, lost, publishers, ends;
+	uint64_t acked;            /* ORDERED: the latest ACK's sequence */
 };
 
 /* QP state changes of the context's devices, written in place by the

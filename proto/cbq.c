@@ -168,7 +168,7 @@ static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
 	switch (e->kind) {
 	case VBI_CB_MSG:
 		if (!atomic_load(&e->sub->dead)) {
-			atomic_fetch_add(&e->sub->delivered, 1);
+			atomic_fetch_add(&e->sub->c->delivered, 1);
 			atomic_fetch_add_explicit(&ctx->st->delivered, 1, memory_order_relaxed);
 			e->sub->attr.on_msg(e->sub, &e->msg, e->sub->attr.arg);
 			/* The application has it: it is owed an ACK, also when

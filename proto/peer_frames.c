@@ -322,6 +322,7 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 						  memory_order_relaxed);
 		}
 		d->acked_sent = d->ack_next - 1;
+		atomic_store_explicit(&d->sub->c->acked, d->acked_sent, memory_order_relaxed);
 	}
 	atomic_fetch_add_explicit(&p->node->ctx->st->acks_sent, 1, memory_order_relaxed);
 }

@@ -135,6 +135,7 @@ struct vbi_rxs {
 	uint32_t topic;
 	struct vbi_rxstream rx;
 	struct vbi_reasm reasm;
+	struct vb_sub *sub;      /* whose stream it is */
 	uint64_t acked_sent;     /* ORDERED: highest seq we acknowledged (txlock) */
 	/* ORDERED: rx.next as of the last ack_owed (txlock): what the ACKs and
 	 * NAKs carry. rx.next itself belongs to the progress thread, and ACKs
@@ -206,7 +207,13 @@ struct vb_sub {
 	vb_class_t cls;
 	vb_sub_attr_t attr;
 	struct vbi_rxs *streams;   /* progress context only */
-	atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers, ends;
+	/* its counters (vb_sub_stats_t): in its slot of the counters file,
+	 * else c_own; written in place by the threads that count, atomic */
+	struct vbi_sub_ctr {
+		atomic_uint_fast64_t delivered, duplicates, gaps, lost, publishers, ends;
+		atomic_uint_fast64_t acked; /* the latest ACK's sequence (txlock) */
+	} *c, c_own;
+	int stat_slot;             /* its slot in the file, -1: none (statfile.c) */
 	unsigned nstreams;         /* progress context only */
 	uint32_t mcast_group;      /* FANOUT: group this context joined for it, 0 = none */
 	atomic_uint cb_pending;    /* deliveries and gaps queued (cbq.c) */

@@ -39,6 +39,10 @@
 #include "core/rcu.h"
 #include "core/statfile.h"
 
+/* the file's publisher and subscriber sections: beyond these, truncated */
+#define VBI_STAT_MAX_PUBS 256u
+#define VBI_STAT_MAX_SUBS 256u
+
 struct vbi_statfile {
 	struct vb_ctx *ctx;
 	struct vbi_stat_hdr *hdr;    /* the mapping (file_size bytes) */
@@ -46,9 +50,11 @@ struct vbi_statfile {
 	char path[256];
 	pthread_t thread;
 	bool started;                /* thread runs (vbi_statfile_start) */
-	pthread_mutex_t mu;          /* stop + cond */
+	pthread_mutex_t mu;          /* stop + cond; the subscriber slots */
 	pthread_cond_t cond;
 	bool stop;
+	uint8_t sub_used[VBI_STAT_MAX_SUBS]; /* (mu) 1: slot taken */
+	unsigned subs_unslotted;     /* (mu) subscribers without a slot now */
 };
 
 /* The values the stat thread samples, after the live ones (vb_stats_t
@@ -90,9 +96,6 @@ static const struct {
 #define VBI_VERSION_STR \
 	VBI_STR(VB_VERSION_MAJOR) "." VBI_STR(VB_VERSION_MINOR) "." VBI_STR(VB_VERSION_PATCH)
 
-/* the file's publisher and subscriber sections: beyond these, truncated */
-#define VBI_STAT_MAX_PUBS 256u
-#define VBI_STAT_MAX_SUBS 256u
 _Static_assert(VBI_STAT_QPT_HIST == VBI_QPT_HIST, "core/statfile.h and core/qp_fsm.h differ");
 _Static_assert(sizeof(struct vbi_stat_qpt) == sizeof(struct vbi_qp_timing_cell) &&
 		       offsetof(struct vbi_stat_qpt, hist) ==
@@ -233,20 +236,6 @@ static void fill_pub(struct vbi_stat_pub *o, struct vb_node *n, struct vb_pub *p
 	pthread_mutex_unlock(&pub->lock);
 }
 
-static void fill_sub(struct vbi_stat_sub *o, struct vb_node *n, struct vb_sub *sub)
-{
-	memset(o, 0, sizeof(*o));
-	copy_str(o->node, sizeof(o->node), n->name);
-	copy_str(o->topic, sizeof(o->topic), sub->topic);
-	o->cls = (uint8_t)sub->cls;
-	o->delivered = atomic_load(&sub->delivered);
-	o->duplicates = atomic_load(&sub->duplicates);
-	o->gaps = atomic_load(&sub->gaps);
-	o->lost = atomic_load(&sub->lost);
-	o->publishers = atomic_load(&sub->publishers);
-	o->ends = atomic_load(&sub->ends);
-}
-
 /* The peers and their lanes, under the locks vbi_node_dump() takes. */
 static void fill_peers(struct vbi_statfile *sf)
 {
@@ -255,8 +244,7 @@ static void fill_peers(struct vbi_statfile *sf)
 	struct vbi_stat_lane *lo = (struct vbi_stat_lane *)((char *)h + h->lanes_off);
 	struct vb_ctx *ctx = sf->ctx;
 	struct vbi_stat_pub *pubo = (struct vbi_stat_pub *)((char *)h + h->pubs_off);
-	struct vbi_stat_sub *subo = (struct vbi_stat_sub *)((char *)h + h->subs_off);
-	uint32_t np = 0, nl = 0, npub = 0, nsub = 0, trunc = 0;
+	uint32_t np = 0, nl = 0, npub = 0, trunc = 0;
 	uint64_t now = vbi_mono_ns();
 
 	pthread_mutex_lock(&ctx->lock);
@@ -288,21 +276,15 @@ static void fill_peers(struct vbi_statfile *sf)
 			}
 			fill_pub(&pubo[npub++], n, pub);
 		}
-		for (struct vb_sub *sub = n->subs; sub; sub = sub->next) {
-			if (nsub == h->max_subs) {
-				trunc = 1;
-				break;
-			}
-			fill_sub(&subo[nsub++], n, sub);
-		}
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	h->npeers = np;
 	h->nlanes = nl;
 	h->npubs = npub;
-	h->nsubs = nsub;
-	h->truncated = trunc;
+	pthread_mutex_lock(&sf->mu);
+	h->truncated = trunc || sf->subs_unslotted;
+	pthread_mutex_unlock(&sf->mu);
 }
 
 static void update(struct vbi_statfile *sf)
@@ -409,6 +391,13 @@ static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_
 }
 
 _Static_assert(sizeof(struct vbi_stat_hdr) % 8 == 0, "the values follow the header");
+_Static_assert(offsetof(struct vbi_stat_sub, delivered) % 8 == 0 &&
+		       sizeof(struct vbi_stat_sub) % 8 == 0 &&
+		       sizeof(struct vbi_stat_sub) - offsetof(struct vbi_stat_sub, delivered) ==
+			       sizeof(struct vbi_sub_ctr) &&
+		       offsetof(struct vbi_stat_sub, acked) - offsetof(struct vbi_stat_sub, delivered) ==
+			       offsetof(struct vbi_sub_ctr, acked),
+	       "a subscriber slot's counters are struct vbi_sub_ctr");
 
 int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 {
@@ -488,6 +477,55 @@ int vbi_statfile_start(struct vbi_statfile *sf)
 	vbi_thread_name(sf->thread, "vb-stat");
 	sf->started = true;
 	return 0;
+}
+
+/* The subscriber's slot: its counters go there (from zero: it is new). */
+void vbi_statfile_sub_attach(struct vbi_statfile *sf, struct vb_sub *sub)
+{
+	struct vbi_stat_sub *o;
+	unsigned i;
+
+	if (!sf)
+		return;
+	pthread_mutex_lock(&sf->mu);
+	for (i = 0; i < VBI_STAT_MAX_SUBS && sf->sub_used[i]; i++)
+		;
+	if (i == VBI_STAT_MAX_SUBS) {
+		sf->subs_unslotted++; /* its counters stay in it: the file says truncated */
+		pthread_mutex_unlock(&sf->mu);
+		return;
+	}
+	sf->sub_used[i] = 1;
+	__atomic_add_fetch(&sf->hdr->nsubs, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&sf->mu);
+	o = (struct vbi_stat_sub *)((char *)sf->hdr + sf->hdr->subs_off) + i;
+	memset(o, 0, sizeof(*o));
+	copy_str(o->node, sizeof(o->node), sub->node->name);
+	copy_str(o->topic, sizeof(o->topic), sub->topic);
+	o->cls = (uint8_t)sub->cls;
+	sub->c = (struct vbi_sub_ctr *)(void *)&o->delivered;
+	sub->stat_slot = (int)i;
+	__atomic_store_n(&o->in_use, 1, __ATOMIC_RELEASE); /* after the names */
+}
+
+void vbi_statfile_sub_detach(struct vbi_statfile *sf, struct vb_sub *sub)
+{
+	struct vbi_stat_sub *o;
+
+	if (!sf)
+		return;
+	pthread_mutex_lock(&sf->mu);
+	if (sub->stat_slot < 0) {
+		sf->subs_unslotted--;
+	} else {
+		o = (struct vbi_stat_sub *)((char *)sf->hdr + sf->hdr->subs_off) + sub->stat_slot;
+		__atomic_store_n(&o->in_use, 0, __ATOMIC_RELEASE);
+		sf->sub_used[sub->stat_slot] = 0;
+		__atomic_sub_fetch(&sf->hdr->nsubs, 1, __ATOMIC_RELAXED);
+		sub->c = &sub->c_own; /* nothing counts on it any more */
+		sub->stat_slot = -1;
+	}
+	pthread_mutex_unlock(&sf->mu);
 }
 
 void vbi_statfile_stop(struct vbi_statfile *sf)

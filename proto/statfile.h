@@ -7,6 +7,7 @@
 #define VBI_PROTO_STATFILE_H
 
 struct vb_ctx;
+struct vb_sub;
 struct vbi_statfile;
 
 /* Creates and maps <VERBUS_STAT_DIR>/verbus-<pid>-<n>.stat for @ctx, and
@@ -20,6 +21,13 @@ int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out);
  * 0, or -errno of pthread_create (the file stays, with its in-place
  * counters). The creating thread. */
 int vbi_statfile_start(struct vbi_statfile *sf);
+/* A new subscriber takes a slot of the file's subscriber section
+ * (sub->c points into it; none free: the file says truncated and its
+ * counters stay in it); detach gives it back, when @sub is freed (nothing
+ * counts on it any more). @sf NULL: nothing. Any thread; they take the
+ * file's own lock only. */
+void vbi_statfile_sub_attach(struct vbi_statfile *sf, struct vb_sub *sub);
+void vbi_statfile_sub_detach(struct vbi_statfile *sf, struct vb_sub *sub);
 /* Stops the stat thread (when it runs), marks the file closing and
  * removes it; the mapping stays (the counters still land in it). Before
  * the context's nodes, devices or pools are freed. NULL: nothing. */

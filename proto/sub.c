@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "proto/statfile.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -46,6 +47,7 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 {
 	vbi_reasm_fini(&r->reasm);
 	r->peer = peer;
+	r->sub = sub;
 	r->session = session;
 	r->topic = sub->topic_id;
 	vbi_rx_init(&r->rx, sub->cls == VB_ORDERED ? VBI_RX_ORDERED : VBI_RX_FANOUT);
@@ -55,7 +57,7 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 	r->dlv_next = 0;
 	r->nak_seq = 0;
 	r->nak_ms = 0;
-	atomic_fetch_add(&sub->publishers, 1);
+	atomic_fetch_add(&sub->c->publishers, 1);
 }
 
 /*
@@ -136,8 +138,8 @@ static void report_gap(struct vb_sub *sub, struct vbi_rxs *r, uint64_t lost, uin
 {
 	struct vb_ctx *ctx = sub->node->ctx;
 
-	atomic_fetch_add(&sub->gaps, 1);
-	atomic_fetch_add(&sub->lost, lost);
+	atomic_fetch_add(&sub->c->gaps, 1);
+	atomic_fetch_add(&sub->c->lost, lost);
 	atomic_fetch_add_explicit(&ctx->st->gaps, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&ctx->st->lost, lost, memory_order_relaxed);
 	if (sub->attr.on_gap && vbi_cb_queue_gap(sub, r->session, lost, next))
@@ -224,7 +226,7 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 
 	switch (v) {
 	case VBI_RX_DUPLICATE:
-		atomic_fetch_add(&sub->duplicates, 1);
+		atomic_fetch_add(&sub->c->duplicates, 1);
 		atomic_fetch_add_explicit(&ctx->st->duplicates_dropped, 1, memory_order_relaxed);
 		if (r->peer) /* ORDERED: see ack_owed() */
 			ack_owed(r, true, false, false);
@@ -269,7 +271,7 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	 * past it). */
 	vbi_error("'%s' seq %llu: no room in the callback queue: not delivered", sub->topic,
 		  (unsigned long long)h->seq);
-	atomic_fetch_add(&sub->lost, 1);
+	atomic_fetch_add(&sub->c->lost, 1);
 	return false;
 }
 
@@ -393,7 +395,7 @@ void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 			vbi_reasm_fini(&r->reasm);
 			vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
 		}
-	atomic_fetch_add(&sub->ends, 1);
+	atomic_fetch_add(&sub->c->ends, 1);
 	atomic_fetch_add(&ctx->st->streams_ended, 1);
 	vbi_warn("'%s': publisher %08x on '%s' cut our stream after seq %llu: we acknowledged "
 		 "nothing for its slow_sub_ms (slow subscriber)", sub->topic, h->session, peer->name,
@@ -416,6 +418,16 @@ static int send_unsub(struct vbi_peer *p, uint32_t topic)
 	return rc;
 }
 
+/* Frees @sub, once nothing can count on it: its slot in the counters file
+ * goes back first. */
+static void sub_free(void *arg)
+{
+	struct vb_sub *sub = arg;
+
+	vbi_statfile_sub_detach(sub->node->ctx->statf, sub);
+	free(sub);
+}
+
 int vbi_sub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 		   const vb_sub_attr_t *attr, struct vb_sub **out)
 {
@@ -430,6 +442,8 @@ int vbi_sub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 	sub->topic_id = vbi_topic_id(topic);
 	sub->cls = cls;
 	sub->attr = *attr;
+	sub->c = &sub->c_own;
+	sub->stat_slot = -1;
 	/* FANOUT: join the topic's group first, so the SUB says so. */
 	if (cls == VB_FANOUT)
 		sub->mcast_group = vbi_mcast_sub_join(node->ctx, sub->topic_id);
@@ -442,6 +456,7 @@ int vbi_sub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 		return vbi_err(-EEXIST, "node '%s' already subscribes to '%s' (or a topic with the "
 			       "same id)", node->name, topic);
 	}
+	vbi_statfile_sub_attach(node->ctx->statf, sub); /* before it counts */
 	sub->next = node->subs;
 	node->subs = sub;
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
@@ -545,8 +560,8 @@ int vbi_sub_destroy(struct vb_sub *sub)
 	if (sub->cls == VB_FANOUT)
 		vbi_mcast_sub_leave(node->ctx, sub->topic_id);
 	/* from a callback: entries of it may still be queued behind */
-	if (in_cb && atomic_load(&sub->cb_pending) && vbi_cb_defer_free(node->ctx, sub, free) == 0)
+	if (in_cb && atomic_load(&sub->cb_pending) && vbi_cb_defer_free(node->ctx, sub, sub_free) == 0)
 		return 0;
-	free(sub);
+	sub_free(sub);
 	return 0;
 }

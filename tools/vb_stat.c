@@ -109,6 +109,24 @@ static inline void read_fence(void)
 #endif
 }
 
+/* The subscriber slots in use (a copy's), moved to the front: nsubs of them. */
+static void subs_compact(struct vbi_stat_hdr *h)
+{
+	char *base = (char *)h + h->subs_off;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < h->max_subs; i++) {
+		struct vbi_stat_sub *o = (struct vbi_stat_sub *)(void *)(base + (size_t)i * h->sub_size);
+
+		if (!o->in_use)
+			continue;
+		if (n != i)
+			memcpy(base + (size_t)n * h->sub_size, o, h->sub_size);
+		n++;
+	}
+	h->nsubs = n;
+}
+
 /* Copy @path whole between two equal, even reads of its seq. 0, or -1
  * with a message on stderr (not a counters file, another version). */
 static int snap_read(struct snap *s, const char *path)
@@ -161,6 +179,7 @@ static int snap_read(struct snap *s, const char *path)
 	if (s->torn) /* the last copy, as it is */
 		memcpy(s->h, m, m->file_size);
 	munmap(map, (size_t)stt.st_size);
+	subs_compact(s->h);
 	s->state = stale(s->h) ? "stale" : s->h->closing ? "closing" : "live";
 	return 0;
 }
@@ -348,6 +367,8 @@ static void print_text_pubsub(const struct vbi_stat_hdr *h, const struct vbi_sta
 		       (unsigned long long)p->delivered);
 		if (q)
 			printf(" (%.0f/s)", per_s(p->delivered, q->delivered, dt));
+		if (!p->cls)
+			printf(", acked %llu", (unsigned long long)p->acked);
 		printf(", duplicates %llu, gaps %llu, lost %llu, streams ended %llu\n",
 		       (unsigned long long)p->duplicates, (unsigned long long)p->gaps,
 		       (unsigned long long)p->lost, (unsigned long long)p->ends);
@@ -550,11 +571,11 @@ static void print_json(struct snap *s)
 		printf(",\"topic\":");
 		json_str(p->topic);
 		printf(",\"class\":\"%s\",\"delivered\":%llu,\"duplicates\":%llu,\"gaps\":%llu,"
-		       "\"lost\":%llu,\"publishers\":%llu,\"ends\":%llu}",
+		       "\"lost\":%llu,\"publishers\":%llu,\"ends\":%llu,\"acked\":%llu}",
 		       p->cls ? "FANOUT" : "ORDERED", (unsigned long long)p->delivered,
 		       (unsigned long long)p->duplicates, (unsigned long long)p->gaps,
 		       (unsigned long long)p->lost, (unsigned long long)p->publishers,
-		       (unsigned long long)p->ends);
+		       (unsigned long long)p->ends, (unsigned long long)p->acked);
 	}
 	printf("],\"qp_transitions\":[");
 	for (unsigned i = 0, k = 0; i < nqpt(h); i++) {
@@ -637,7 +658,8 @@ static void prom_ctx_labels(const struct vbi_stat_hdr *h)
 	X(gaps, "counter", "FANOUT: gaps detected")                                          \
 	X(lost, "counter", "FANOUT: messages lost in them")                                  \
 	X(publishers, "gauge", "publishers it receives from")                                \
-	X(ends, "counter", "ORDERED streams a publisher ended")
+	X(ends, "counter", "ORDERED streams a publisher ended")                             \
+	X(acked, "gauge", "ORDERED: the sequence its latest ACK acknowledged up to")
 
 static void print_prometheus_pubsub(struct snap *s, size_t n)
 {

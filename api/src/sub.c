@@ -52,12 +52,13 @@ int vb_sub_stats_size(vb_sub_t *sub, vb_sub_stats_t *st, size_t size)
 		return vbi_err(-EINVAL, "NULL argument");
 	if (size < sizeof(uint64_t))
 		return vbi_err(-EINVAL, "vb_sub_stats_t of %zu bytes: call vb_sub_stats()", size);
-	all.delivered = atomic_load(&sub->delivered);
-	all.duplicates = atomic_load(&sub->duplicates);
-	all.gaps = atomic_load(&sub->gaps);
-	all.lost = atomic_load(&sub->lost);
-	all.publishers = atomic_load(&sub->publishers);
-	all.ends = atomic_load(&sub->ends);
+	all.delivered = atomic_load(&sub->c->delivered);
+	all.duplicates = atomic_load(&sub->c->duplicates);
+	all.gaps = atomic_load(&sub->c->gaps);
+	all.lost = atomic_load(&sub->c->lost);
+	all.publishers = atomic_load(&sub->c->publishers);
+	all.ends = atomic_load(&sub->c->ends);
+	all.acked = atomic_load(&sub->c->acked);
 	memcpy(st, &all, size < sizeof(all) ? size : sizeof(all));
 	return 0;
 }

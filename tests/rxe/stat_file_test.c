@@ -17,8 +17,10 @@
  *   figures equal vb_ctx_stats()'s; the publisher and subscriber records,
  *   the QPs' way to RTS, the Prometheus and text views; then a fault on
  *   the subscriber's connection shows as a failover of that peer, with its
- *   reason and recovery action, and a drained lane. vb_ctx_destroy()
- *   removes the file.
+ *   reason and recovery action, and a drained lane. The subscriber's
+ *   record has its latest ACK's sequence (vb_sub_stats's acked), and goes
+ *   and comes back with the subscriber at once (its slot is written in
+ *   place). vb_ctx_destroy() removes the file.
  *
  * test_defaults_make_a_file: with neither variable set, the file is in
  *   /dev/shm, and destroy removes it.
@@ -374,6 +376,7 @@ static void test_counters_move_and_match(void **state)
 	vb_pub_t *pub;
 	vb_sub_t *sub;
 	vb_stats_t st;
+	vb_sub_stats_t sst;
 	uint64_t seq = 0, p1, d1;
 	char *out;
 
@@ -399,6 +402,16 @@ static void test_counters_move_and_match(void **state)
 	free(out);
 
 	publish(pub, 500, &seq);
+	/* the subscriber's ACK of the last one was sent (the publisher may see
+	 * it a moment before the subscriber's side has counted the send) */
+	for (uint64_t t0 = vbt_now_ms();; usleep(1000)) {
+		assert_int_equal(vb_sub_stats(sub, &sst), 0);
+		if (sst.acked == seq)
+			break;
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("vb_sub_stats: acked %" PRIu64 ", the publisher's last %" PRIu64
+				 " acknowledged", sst.acked, seq);
+	}
 	out = json_fresh();
 	vb_ctx_stats(ctx, &st);
 	printf("after 500 more: %.600s...\n", out);
@@ -439,6 +452,7 @@ static void test_counters_move_and_match(void **state)
 	assert_non_null(strstr(out, "\"subscribers\":[{\"node\":\"stat-sub\",\"topic\":\"" TOPIC
 				    "\",\"class\":\"ORDERED\","));
 	assert_int_equal(json_u64(strstr(out, "\"subscribers\":[{"), "delivered"), d1 + 500);
+	assert_int_equal(json_u64(strstr(out, "\"subscribers\":[{"), "acked"), seq);
 	for (size_t i = 0; i < 3; i++) {
 		static const char *const step[] = { "\"from\":\"RESET\",\"to\":\"INIT\"",
 						    "\"from\":\"INIT\",\"to\":\"RTR\"",
@@ -455,6 +469,17 @@ static void test_counters_move_and_match(void **state)
 	check_text();
 	check_failover(sn, pub, &seq);
 
+	assert_int_equal(vb_sub_destroy(sub), 0);
+	/* its slot went back with it (subscribers are written in place: no
+	 * update needed) */
+	out = json_of(getpid());
+	assert_non_null(strstr(out, "\"subscribers\":[]"));
+	free(out);
+	assert_int_equal(vb_sub_create(sn, TOPIC, VB_ORDERED, &sa, &sub), 0);
+	out = json_of(getpid());
+	assert_non_null(strstr(out, "\"subscribers\":[{\"node\":\"stat-sub\",\"topic\":\"" TOPIC
+				    "\",\"class\":\"ORDERED\",\"delivered\":0,"));
+	free(out);
 	assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_pub_destroy(pub), 0);
 	assert_int_equal(vb_node_destroy(sn), 0);

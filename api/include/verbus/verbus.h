@@ -754,6 +754,10 @@ typedef struct vb_sub_stats {
 	uint64_t delivered, duplicates, gaps, lost, publishers;
 	uint64_t ends;          /* ORDERED streams a publisher ended (on_end);
 				 * appended */
+	uint64_t acked;         /* ORDERED: the sequence number the latest ACK
+				 * it sent acknowledged up to (with several
+				 * publishers: the one acknowledged last); 0:
+				 * none yet (appended) */
 } vb_sub_stats_t;
 
 /**
