@@ -80,8 +80,8 @@ struct vbi_stat_hdr {
 	uint64_t updated_ns;      /* CLOCK_REALTIME of the last update */
 	uint64_t updates;         /* updates made */
 	uint32_t npeers, nlanes;  /* entries in use in those sections */
-	uint32_t npubs, nsubs;    /* nsubs: slots in use (written when one is
-				   * taken or given back) */
+	uint32_t npubs, nsubs;    /* slots in use (written when one is taken
+				   * or given back) */
 	uint32_t closing;         /* 1: vb_ctx_destroy() is removing the file */
 	uint32_t truncated;       /* 1: more peers, lanes, publishers or
 				   * subscribers than the sections hold */
@@ -130,11 +130,15 @@ struct vbi_stat_lane {
 	uint64_t sends;            /* SENDs posted on it */
 };
 
-/* one per publisher of every node */
+/* A slot per publisher, taken when it is created and given back when it
+ * is freed (in_use, as a subscriber's). backpressure is written in place
+ * by the publishing threads; the rest is its window's state, sampled by
+ * the stat thread under seq. */
 struct vbi_stat_pub {
 	char node[VBI_STAT_STR], topic[VBI_STAT_STR];
 	uint8_t cls;               /* vb_class_t: 0 ORDERED, 1 FANOUT */
-	uint8_t pad[3];
+	uint8_t in_use;
+	uint8_t pad[2];
 	uint32_t subscribers;
 	uint64_t published;        /* its last sequence number */
 	uint64_t acked;            /* ORDERED: acknowledged by every subscriber */

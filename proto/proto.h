@@ -189,7 +189,10 @@ struct vb_pub {
 	uint32_t mcast_group;      /* FANOUT: its IPv4 address (host order) */
 	atomic_uint cb_pending;    /* on_ack callbacks queued (cbq.c) */
 	atomic_bool dead;          /* being destroyed: queued callbacks are skipped */
-	atomic_uint_fast64_t backpressure; /* -EAGAIN returned (vbi_pub_refused) */
+	/* -EAGAIN returned (vbi_pub_refused): in its slot of the counters
+	 * file, else bp_own; stat_slot -1: no slot (statfile.c) */
+	atomic_uint_fast64_t *backpressure, bp_own;
+	int stat_slot;
 	/* ORDERED with ack_quorum k: what subscribers whose records went
 	 * (reaped, or subscribed again) acknowledged, the highest k at most:
 	 * it still counts towards quorum_seq. pub->lock. */
@@ -230,7 +233,7 @@ struct vb_sub {
 static inline void vbi_pub_refused(struct vb_pub *pub)
 {
 	atomic_fetch_add_explicit(&pub->node->ctx->st->backpressure, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&pub->backpressure, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(pub->backpressure, 1, memory_order_relaxed);
 }
 
 /* ---- callbacks (cbq.c): queued under locks, run with none held ---- */

@@ -29,6 +29,7 @@
 
 #include "proto/pub_ordered.h"
 #include "proto/proto.h"
+#include "proto/statfile.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -363,6 +364,8 @@ int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 	pub->topic_id = vbi_topic_id(topic);
 	pub->cls = cls;
 	pub->attr = *attr;
+	pub->backpressure = &pub->bp_own;
+	pub->stat_slot = -1;
 	pub->session = random_session();
 	pthread_mutex_init(&pub->lock, NULL);
 	pthread_cond_init(&pub->acked_cv, NULL);
@@ -382,6 +385,7 @@ int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 			return vbi_err(-EEXIST, "node '%s' already publishes '%s'%s", node->name,
 				       topic, strcmp(o->topic, topic) ? " (topic id collision)" : "");
 		}
+	vbi_statfile_pub_attach(node->ctx->statf, pub); /* before it counts */
 	pub->next = node->pubs;
 	node->pubs = pub;
 	/* subscribers already known */
@@ -449,8 +453,13 @@ static uint64_t linger(struct vb_pub *pub, unsigned ms)
 	return left;
 }
 
-static void pub_free(void *pub)
+/* Frees @pub, once nothing can count on it: its slot in the counters file
+ * goes back first. */
+static void pub_free(void *arg)
 {
+	struct vb_pub *pub = arg;
+
+	vbi_statfile_pub_detach(pub->node->ctx->statf, pub);
 	free(pub);
 }
 
@@ -506,10 +515,10 @@ int vbi_pub_destroy(struct vb_pub *pub)
 
 		if (!in_cb || !atomic_load(&pub->cb_pending) ||
 		    vbi_cb_defer_free(node->ctx, pub, pub_free))
-			free(pub);
+			pub_free(pub);
 		return rc;
 	}
 	if (!in_cb || !atomic_load(&pub->cb_pending) || vbi_cb_defer_free(node->ctx, pub, pub_free))
-		free(pub);
+		pub_free(pub);
 	return 0;
 }

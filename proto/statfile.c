@@ -42,20 +42,7 @@
 /* the file's publisher and subscriber sections: beyond these, truncated */
 #define VBI_STAT_MAX_PUBS 256u
 #define VBI_STAT_MAX_SUBS 256u
-
-struct vbi_statfile {
-	struct vb_ctx *ctx;
-	struct vbi_stat_hdr *hdr;    /* the mapping (file_size bytes) */
-	size_t size;
-	char path[256];
-	pthread_t thread;
-	bool started;                /* thread runs (vbi_statfile_start) */
-	pthread_mutex_t mu;          /* stop + cond; the subscriber slots */
-	pthread_cond_t cond;
-	bool stop;
-	uint8_t sub_used[VBI_STAT_MAX_SUBS]; /* (mu) 1: slot taken */
-	unsigned subs_unslotted;     /* (mu) subscribers without a slot now */
-};
+_Static_assert(VBI_STAT_MAX_PUBS == VBI_STAT_MAX_SUBS, "one slot table type serves both");
 
 /* The values the stat thread samples, after the live ones (vb_stats_t
  * fields that are not counters of ctx->st: levels kept by the pool, the
@@ -91,10 +78,31 @@ static const struct {
 #undef VBI_CTR_C
 #undef VBI_CTR_G
 
-#define VBI_STR2(x) #x
-#define VBI_STR(x) VBI_STR2(x)
-#define VBI_VERSION_STR \
-	VBI_STR(VB_VERSION_MAJOR) "." VBI_STR(VB_VERSION_MINOR) "." VBI_STR(VB_VERSION_PATCH)
+struct vbi_statfile {
+	struct vb_ctx *ctx;
+	struct vbi_stat_hdr *hdr;    /* the mapping (file_size bytes) */
+	size_t size;
+	char path[256];
+	pthread_t thread;
+	bool started;                /* thread runs (vbi_statfile_start) */
+	pthread_mutex_t mu;          /* stop + cond; the subscriber slots */
+	pthread_cond_t cond;
+	bool stop;
+	/* (mu) the publisher and subscriber sections' slots */
+	struct slot_tab {
+		uint8_t used[VBI_STAT_MAX_SUBS]; /* 1: taken */
+		unsigned max, unslotted; /* capacity; objects without a slot now */
+		uint32_t *inuse;         /* the header's npubs or nsubs */
+		char *base;              /* the section */
+		size_t size;             /* a record's */
+	} pubs, subs;
+	/* (stat thread) an update is gathered here, under the context's
+	 * locks, then copied into the file under the seqlock: the peer and
+	 * lane sections (at their offsets less peers_off), and the sampled
+	 * values */
+	char *scratch;
+	uint64_t vals[NFIELDS + VBI_ACT__COUNT];
+};
 
 _Static_assert(VBI_STAT_QPT_HIST == VBI_QPT_HIST, "core/statfile.h and core/qp_fsm.h differ");
 _Static_assert(sizeof(struct vbi_stat_qpt) == sizeof(struct vbi_qp_timing_cell) &&
@@ -134,7 +142,6 @@ static void fill_vals(struct vbi_statfile *sf, uint64_t *v)
 	vb_stats_t st;
 
 	vbi_ctx_stats(sf->ctx, &st);
-	v += NLIVE;
 	for (size_t i = 0; i < NFIELDS; i++) {
 		const unsigned char *p = (const unsigned char *)&st + fields[i].off;
 		uint64_t x = 0;
@@ -147,10 +154,10 @@ static void fill_vals(struct vbi_statfile *sf, uint64_t *v)
 			memcpy(&y, p, 4);
 			x = y;
 		}
-		__atomic_store_n(&v[i], x, __ATOMIC_RELAXED);
+		v[i] = x;
 	}
 	for (unsigned a = 0; a < VBI_ACT__COUNT; a++)
-		__atomic_store_n(&v[NFIELDS + a], st.err_by_action[a], __ATOMIC_RELAXED);
+		v[NFIELDS + a] = st.err_by_action[a];
 }
 
 static void fill_lane(struct vbi_stat_lane *o, const struct vbi_peer *p, struct vbi_lane *l,
@@ -213,38 +220,58 @@ static void fill_peer(struct vbi_stat_peer *o, struct vb_node *n, struct vbi_pee
 	}
 }
 
-static void fill_pub(struct vbi_stat_pub *o, struct vb_node *n, struct vb_pub *pub)
-{
-	memset(o, 0, sizeof(*o));
-	copy_str(o->node, sizeof(o->node), n->name);
-	copy_str(o->topic, sizeof(o->topic), pub->topic);
-	o->cls = (uint8_t)pub->cls;
-	o->ack_quorum = pub->attr.ack_quorum;
-	o->backpressure = atomic_load_explicit(&pub->backpressure, memory_order_relaxed);
-	pthread_mutex_lock(&pub->lock); /* FANOUT: fanout_seq is written under it too */
-	o->subscribers = pub->npeers;
-	if (pub->cls == VB_ORDERED) {
-		o->published = pub->win.next_seq - 1;
-		o->acked = pub->win.acked;
-		o->quorum_acked = pub->quorum_seq;
-		o->window = pub->win.cap;
-		o->inflight = vbi_txwin_inflight(&pub->win);
-		o->retained_bytes = pub->retained;
-	} else {
-		o->published = pub->fanout_seq;
-	}
-	pthread_mutex_unlock(&pub->lock);
-}
+#define PUB_SAMPLED                                                                        \
+	(offsetof(struct vbi_stat_pub, backpressure) - offsetof(struct vbi_stat_pub, subscribers))
+_Static_assert(offsetof(struct vbi_stat_pub, backpressure) + sizeof(uint64_t) ==
+		       sizeof(struct vbi_stat_pub),
+	       "backpressure, written in place, ends the publisher record");
 
-/* The peers and their lanes, under the locks vbi_node_dump() takes. */
-static void fill_peers(struct vbi_statfile *sf)
+/* The publisher's window into its slot (node->lock held: it is not
+ * freed, its slot not given back). Read under its lock, written under seq
+ * (odd for the record only); backpressure is not ours: in place. */
+static void fill_pub(struct vbi_statfile *sf, struct vb_pub *pub)
 {
 	struct vbi_stat_hdr *h = sf->hdr;
-	struct vbi_stat_peer *po = (struct vbi_stat_peer *)((char *)h + h->peers_off);
-	struct vbi_stat_lane *lo = (struct vbi_stat_lane *)((char *)h + h->lanes_off);
+	struct vbi_stat_pub t = { 0 }, *o;
+
+	if (pub->stat_slot < 0)
+		return; /* no slot: truncated */
+	o = (struct vbi_stat_pub *)(void *)((char *)h + h->pubs_off) + pub->stat_slot;
+	pthread_mutex_lock(&pub->lock); /* FANOUT: fanout_seq is written under it too */
+	t.subscribers = pub->npeers;
+	if (pub->cls == VB_ORDERED) {
+		t.published = pub->win.next_seq - 1;
+		t.acked = pub->win.acked;
+		t.quorum_acked = pub->quorum_seq;
+		t.window = pub->win.cap;
+		t.inflight = vbi_txwin_inflight(&pub->win);
+		t.retained_bytes = pub->retained;
+	} else {
+		t.published = pub->fanout_seq;
+	}
+	pthread_mutex_unlock(&pub->lock);
+	t.ack_quorum = pub->attr.ack_quorum;
+	seq_begin(h); /* subscribers .. retained_bytes: all but backpressure */
+	memcpy(&o->subscribers, &t.subscribers, PUB_SAMPLED);
+	seq_end(h);
+}
+
+/* What an update writes of the peer and lane sections. */
+struct stat_counts {
+	uint32_t np, nl, trunc;
+};
+
+/* The peers and their lanes into the scratch copy of their sections, under
+ * the locks vbi_node_dump() takes; the publishers' windows into their
+ * slots. */
+static void fill_peers(struct vbi_statfile *sf, struct stat_counts *k)
+{
+	const struct vbi_stat_hdr *h = sf->hdr;
+	struct vbi_stat_peer *po = (struct vbi_stat_peer *)(void *)sf->scratch;
+	struct vbi_stat_lane *lo =
+		(struct vbi_stat_lane *)(void *)(sf->scratch + (h->lanes_off - h->peers_off));
 	struct vb_ctx *ctx = sf->ctx;
-	struct vbi_stat_pub *pubo = (struct vbi_stat_pub *)((char *)h + h->pubs_off);
-	uint32_t np = 0, nl = 0, npub = 0, trunc = 0;
+	uint32_t np = 0, nl = 0, trunc = 0;
 	uint64_t now = vbi_mono_ns();
 
 	pthread_mutex_lock(&ctx->lock);
@@ -269,31 +296,35 @@ static void fill_peers(struct vbi_statfile *sf)
 			}
 			pthread_mutex_unlock(&p->txlock);
 		}
-		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
-			if (npub == h->max_pubs) {
-				trunc = 1;
-				break;
-			}
-			fill_pub(&pubo[npub++], n, pub);
-		}
+		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next)
+			fill_pub(sf, pub);
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	h->npeers = np;
-	h->nlanes = nl;
-	h->npubs = npub;
 	pthread_mutex_lock(&sf->mu);
-	h->truncated = trunc || sf->subs_unslotted;
+	trunc |= sf->subs.unslotted || sf->pubs.unslotted;
 	pthread_mutex_unlock(&sf->mu);
+	*k = (struct stat_counts){ np, nl, trunc };
 }
 
+/* Gathered with the context's locks, written with none: the seqlock is odd
+ * only for the copy. */
 static void update(struct vbi_statfile *sf)
 {
 	struct vbi_stat_hdr *h = sf->hdr;
+	struct stat_counts k;
+	char *base = (char *)h;
 
+	fill_vals(sf, sf->vals);
+	fill_peers(sf, &k);
 	seq_begin(h);
-	fill_vals(sf, (uint64_t *)((char *)h + h->vals_off));
-	fill_peers(sf);
+	memcpy(base + h->vals_off + NLIVE * sizeof(uint64_t), sf->vals, sizeof(sf->vals));
+	memcpy(base + h->peers_off, sf->scratch, (size_t)k.np * sizeof(struct vbi_stat_peer));
+	memcpy(base + h->lanes_off, sf->scratch + (h->lanes_off - h->peers_off),
+	       (size_t)k.nl * sizeof(struct vbi_stat_lane));
+	h->npeers = k.np;
+	h->nlanes = k.nl;
+	h->truncated = k.trunc;
 	h->updated_ns = vbi_real_ns();
 	h->updates++;
 	seq_end(h);
@@ -365,7 +396,7 @@ static void fill_header(struct vbi_statfile *sf, unsigned no, uint32_t interval_
 	h->lanes_off = h->peers_off + (uint64_t)max_peers * sizeof(struct vbi_stat_peer);
 	h->pubs_off = h->lanes_off + (uint64_t)max_lanes * sizeof(struct vbi_stat_lane);
 	h->subs_off = h->pubs_off + pubs * sizeof(struct vbi_stat_pub);
-	copy_str(h->lib_version, sizeof(h->lib_version), VBI_VERSION_STR);
+	copy_str(h->lib_version, sizeof(h->lib_version), VB_VERSION_STRING);
 	if ((f = fopen("/proc/self/comm", "r"))) {
 		if (fgets(h->progname, sizeof(h->progname), f))
 			h->progname[strcspn(h->progname, "\n")] = '\0';
@@ -445,6 +476,18 @@ int vbi_statfile_open(struct vb_ctx *ctx, struct vbi_statfile **out)
 	}
 	close(fd);
 	fill_header(sf, no, interval, max_peers, max_lanes);
+	sf->pubs = (struct slot_tab){ .max = VBI_STAT_MAX_PUBS, .inuse = &sf->hdr->npubs,
+				      .base = (char *)sf->hdr + sf->hdr->pubs_off,
+				      .size = sizeof(struct vbi_stat_pub) };
+	sf->subs = (struct slot_tab){ .max = VBI_STAT_MAX_SUBS, .inuse = &sf->hdr->nsubs,
+				      .base = (char *)sf->hdr + sf->hdr->subs_off,
+				      .size = sizeof(struct vbi_stat_sub) };
+	if (!(sf->scratch = malloc(sf->hdr->pubs_off - sf->hdr->peers_off))) {
+		munmap(sf->hdr, sf->size);
+		unlink(sf->path);
+		free(sf);
+		return vbi_err(-ENOMEM, "counters file: the stat thread's copy");
+	}
 	/* the file is zeros: nothing has counted yet (before the devices) */
 	ctx->st = (struct vbi_ctx_counters *)((char *)sf->hdr + sf->hdr->vals_off);
 	ctx->qp_timing = (struct vbi_qp_timing *)((char *)sf->hdr + sf->hdr->qpt_off);
@@ -479,53 +522,104 @@ int vbi_statfile_start(struct vbi_statfile *sf)
 	return 0;
 }
 
-/* The subscriber's slot: its counters go there (from zero: it is new). */
-void vbi_statfile_sub_attach(struct vbi_statfile *sf, struct vb_sub *sub)
+/* Publisher and subscriber records begin alike: node, topic, cls, in_use. */
+_Static_assert(offsetof(struct vbi_stat_pub, topic) == offsetof(struct vbi_stat_sub, topic) &&
+		       offsetof(struct vbi_stat_pub, cls) == offsetof(struct vbi_stat_sub, cls) &&
+		       offsetof(struct vbi_stat_pub, in_use) == offsetof(struct vbi_stat_sub, in_use),
+	       "publisher and subscriber records share their first fields");
+
+/* A free slot of @t for an object of @node's @topic: its record, zeroed and
+ * named (in_use still 0: the caller points the object's counters there,
+ * then slot_publish). NULL: none free (the file says truncated). */
+static char *slot_take(struct vbi_statfile *sf, struct slot_tab *t, const char *node,
+		       const char *topic, vb_class_t cls, int *slot)
 {
 	struct vbi_stat_sub *o;
 	unsigned i;
 
-	if (!sf)
-		return;
 	pthread_mutex_lock(&sf->mu);
-	for (i = 0; i < VBI_STAT_MAX_SUBS && sf->sub_used[i]; i++)
+	for (i = 0; i < t->max && t->used[i]; i++)
 		;
-	if (i == VBI_STAT_MAX_SUBS) {
-		sf->subs_unslotted++; /* its counters stay in it: the file says truncated */
+	if (i == t->max) {
+		t->unslotted++; /* its counters stay in the object */
 		pthread_mutex_unlock(&sf->mu);
-		return;
+		*slot = -1;
+		return NULL;
 	}
-	sf->sub_used[i] = 1;
-	__atomic_add_fetch(&sf->hdr->nsubs, 1, __ATOMIC_RELAXED);
+	t->used[i] = 1;
+	__atomic_add_fetch(t->inuse, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&sf->mu);
-	o = (struct vbi_stat_sub *)((char *)sf->hdr + sf->hdr->subs_off) + i;
-	memset(o, 0, sizeof(*o));
-	copy_str(o->node, sizeof(o->node), sub->node->name);
-	copy_str(o->topic, sizeof(o->topic), sub->topic);
-	o->cls = (uint8_t)sub->cls;
-	sub->c = (struct vbi_sub_ctr *)(void *)&o->delivered;
-	sub->stat_slot = (int)i;
-	__atomic_store_n(&o->in_use, 1, __ATOMIC_RELEASE); /* after the names */
+	o = (struct vbi_stat_sub *)(void *)(t->base + (size_t)i * t->size);
+	memset(o, 0, t->size);
+	copy_str(o->node, sizeof(o->node), node);
+	copy_str(o->topic, sizeof(o->topic), topic);
+	o->cls = (uint8_t)cls;
+	*slot = (int)i;
+	return (char *)o;
+}
+
+static void slot_publish(char *rec)
+{
+	/* after the names and the object's pointer: a reader sees it whole */
+	__atomic_store_n(&((struct vbi_stat_sub *)(void *)rec)->in_use, 1, __ATOMIC_RELEASE);
+}
+
+/* Gives @*slot back (-1: it had none); the object counts no more. */
+static void slot_give(struct vbi_statfile *sf, struct slot_tab *t, int *slot)
+{
+	pthread_mutex_lock(&sf->mu);
+	if (*slot < 0) {
+		t->unslotted--;
+	} else {
+		struct vbi_stat_sub *o = (struct vbi_stat_sub *)(void *)(t->base +
+									   (size_t)*slot * t->size);
+
+		__atomic_store_n(&o->in_use, 0, __ATOMIC_RELEASE);
+		t->used[*slot] = 0;
+		__atomic_sub_fetch(t->inuse, 1, __ATOMIC_RELAXED);
+		*slot = -1;
+	}
+	pthread_mutex_unlock(&sf->mu);
+}
+
+void vbi_statfile_sub_attach(struct vbi_statfile *sf, struct vb_sub *sub)
+{
+	char *rec;
+
+	if (!sf || !(rec = slot_take(sf, &sf->subs, sub->node->name, sub->topic, sub->cls,
+				      &sub->stat_slot)))
+		return;
+	sub->c = (struct vbi_sub_ctr *)(void *)(rec + offsetof(struct vbi_stat_sub, delivered));
+	slot_publish(rec);
 }
 
 void vbi_statfile_sub_detach(struct vbi_statfile *sf, struct vb_sub *sub)
 {
-	struct vbi_stat_sub *o;
-
 	if (!sf)
 		return;
-	pthread_mutex_lock(&sf->mu);
-	if (sub->stat_slot < 0) {
-		sf->subs_unslotted--;
-	} else {
-		o = (struct vbi_stat_sub *)((char *)sf->hdr + sf->hdr->subs_off) + sub->stat_slot;
-		__atomic_store_n(&o->in_use, 0, __ATOMIC_RELEASE);
-		sf->sub_used[sub->stat_slot] = 0;
-		__atomic_sub_fetch(&sf->hdr->nsubs, 1, __ATOMIC_RELAXED);
-		sub->c = &sub->c_own; /* nothing counts on it any more */
-		sub->stat_slot = -1;
-	}
-	pthread_mutex_unlock(&sf->mu);
+	slot_give(sf, &sf->subs, &sub->stat_slot);
+	sub->c = &sub->c_own; /* (nothing counts on it any more) */
+}
+
+void vbi_statfile_pub_attach(struct vbi_statfile *sf, struct vb_pub *pub)
+{
+	char *rec;
+
+	if (!sf || !(rec = slot_take(sf, &sf->pubs, pub->node->name, pub->topic, pub->cls,
+				      &pub->stat_slot)))
+		return;
+	((struct vbi_stat_pub *)(void *)rec)->ack_quorum = pub->attr.ack_quorum;
+	pub->backpressure =
+		(atomic_uint_fast64_t *)(void *)(rec + offsetof(struct vbi_stat_pub, backpressure));
+	slot_publish(rec);
+}
+
+void vbi_statfile_pub_detach(struct vbi_statfile *sf, struct vb_pub *pub)
+{
+	if (!sf)
+		return;
+	slot_give(sf, &sf->pubs, &pub->stat_slot);
+	pub->backpressure = &pub->bp_own;
 }
 
 void vbi_statfile_stop(struct vbi_statfile *sf)
@@ -558,6 +652,7 @@ void vbi_statfile_unmap(struct vbi_statfile *sf)
 	ctx->st = &ctx->st_own;
 	ctx->qp_timing = &ctx->qp_timing_own;
 	munmap(sf->hdr, sf->size);
+	free(sf->scratch);
 	pthread_cond_destroy(&sf->cond);
 	pthread_mutex_destroy(&sf->mu);
 	free(sf);

@@ -7,6 +7,7 @@
 #define VBI_PROTO_STATFILE_H
 
 struct vb_ctx;
+struct vb_pub;
 struct vb_sub;
 struct vbi_statfile;
 
@@ -28,6 +29,10 @@ int vbi_statfile_start(struct vbi_statfile *sf);
  * file's own lock only. */
 void vbi_statfile_sub_attach(struct vbi_statfile *sf, struct vb_sub *sub);
 void vbi_statfile_sub_detach(struct vbi_statfile *sf, struct vb_sub *sub);
+/* The same for a publisher: its backpressure counter goes in place, the
+ * stat thread samples its window into the slot. */
+void vbi_statfile_pub_attach(struct vbi_statfile *sf, struct vb_pub *pub);
+void vbi_statfile_pub_detach(struct vbi_statfile *sf, struct vb_pub *pub);
 /* Stops the stat thread (when it runs), marks the file closing and
  * removes it; the mapping stays (the counters still land in it). Before
  * the context's nodes, devices or pools are freed. NULL: nothing. */

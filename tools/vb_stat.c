@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,22 +110,22 @@ static inline void read_fence(void)
 #endif
 }
 
-/* The subscriber slots in use (a copy's), moved to the front: nsubs of them. */
-static void subs_compact(struct vbi_stat_hdr *h)
+/* The publisher or subscriber slots in use (of a copy), moved to the
+ * front: returns how many. @in_use: the records' in_use offset. */
+static uint32_t slots_compact(char *base, uint32_t max, uint32_t size, size_t in_use)
 {
-	char *base = (char *)h + h->subs_off;
-	unsigned n = 0;
+	uint32_t n = 0;
 
-	for (unsigned i = 0; i < h->max_subs; i++) {
-		struct vbi_stat_sub *o = (struct vbi_stat_sub *)(void *)(base + (size_t)i * h->sub_size);
+	for (uint32_t i = 0; i < max; i++) {
+		char *o = base + (size_t)i * size;
 
-		if (!o->in_use)
+		if (!o[in_use])
 			continue;
 		if (n != i)
-			memcpy(base + (size_t)n * h->sub_size, o, h->sub_size);
+			memcpy(base + (size_t)n * size, o, size);
 		n++;
 	}
-	h->nsubs = n;
+	return n;
 }
 
 /* Copy @path whole between two equal, even reads of its seq. 0, or -1
@@ -179,7 +180,10 @@ static int snap_read(struct snap *s, const char *path)
 	if (s->torn) /* the last copy, as it is */
 		memcpy(s->h, m, m->file_size);
 	munmap(map, (size_t)stt.st_size);
-	subs_compact(s->h);
+	s->h->npubs = slots_compact((char *)s->h + s->h->pubs_off, s->h->max_pubs, s->h->pub_size,
+				    offsetof(struct vbi_stat_pub, in_use));
+	s->h->nsubs = slots_compact((char *)s->h + s->h->subs_off, s->h->max_subs, s->h->sub_size,
+				    offsetof(struct vbi_stat_sub, in_use));
 	s->state = stale(s->h) ? "stale" : s->h->closing ? "closing" : "live";
 	return 0;
 }

@@ -12,9 +12,7 @@
 
 const char *vb_version(void)
 {
-#define VB_STR2(x) #x
-#define VB_STR(x) VB_STR2(x)
-	return VB_STR(VB_VERSION_MAJOR) "." VB_STR(VB_VERSION_MINOR) "." VB_STR(VB_VERSION_PATCH);
+	return VB_VERSION_STRING;
 }
 
 const char *vb_errmsg(void)

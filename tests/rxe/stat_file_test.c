@@ -200,6 +200,9 @@ static void test_killed_is_stale(void **state)
 	       json_u64(out, "updates"));
 	assert_int_equal(json_u64(out, "updates"), 1); /* no update since */
 	assert_int_equal(json_u64(out, "published"), CHILD_PUBLISHES);
+	/* its publisher's slot was named when it was created */
+	assert_non_null(strstr(out, "\"publishers\":[{\"node\":\"stat-child\",\"topic\":"
+				    "\"stat.child\",\"class\":\"FANOUT\""));
 	free(out);
 	out = vb_stat("", &rc); /* the list */
 	snprintf(line, sizeof(line), "%-8d", (int)pid);
@@ -482,6 +485,9 @@ static void test_counters_move_and_match(void **state)
 	free(out);
 	assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_pub_destroy(pub), 0);
+	out = json_of(getpid());
+	assert_non_null(strstr(out, "\"publishers\":[]"));
+	free(out);
 	assert_int_equal(vb_node_destroy(sn), 0);
 	assert_int_equal(vb_node_destroy(pn), 0);
 	assert_int_equal(vb_ctx_destroy(ctx), 0);

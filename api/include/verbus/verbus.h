@@ -90,6 +90,13 @@ extern "C" {
 #define VB_VERSION_MAJOR 0
 #define VB_VERSION_MINOR 1
 #define VB_VERSION_PATCH 0
+/* The same as a string literal, "MAJOR.MINOR.PATCH": the header's version
+ * (vb_version() is the running library's). */
+#define VB_VERSION_STR_(x) #x
+#define VB_VERSION_XSTR_(x) VB_VERSION_STR_(x)
+#define VB_VERSION_STRING                                                                  \
+	VB_VERSION_XSTR_(VB_VERSION_MAJOR) "." VB_VERSION_XSTR_(VB_VERSION_MINOR) "."      \
+	VB_VERSION_XSTR_(VB_VERSION_PATCH)
 
 /* ---- errors and version ------------------------------------------------ */
 
