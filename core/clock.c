@@ -35,9 +35,12 @@ uint64_t vbi_real_ns(void)
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
-static double ns_per_tsc;
+/* ns = tsc * tsc_mult >> 32: integer arithmetic, since floating point is
+ * emulated call by call under TCG (every progress round reads this clock);
+ * 0 until calibrated, or when there is no usable TSC */
+static uint64_t tsc_mult;
 static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
-static int tsc_ready; /* set (release) once ns_per_tsc is final */
+static int tsc_ready; /* set (release) once tsc_mult is final */
 
 static void tsc_calibrate(void)
 {
@@ -48,7 +51,7 @@ static void tsc_calibrate(void)
 	n1 = vbi_mono_ns();
 	t1 = __rdtsc();
 	if (n1 > n0 && t1 > t0)
-		ns_per_tsc = (double)(n1 - n0) / (double)(t1 - t0);
+		tsc_mult = (uint64_t)(((unsigned __int128)(n1 - n0) << 32) / (t1 - t0));
 	__atomic_store_n(&tsc_ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -57,8 +60,8 @@ uint64_t vbi_now_ns(void)
 	/* every progress round reads this: no pthread_once call once ready */
 	if (!__atomic_load_n(&tsc_ready, __ATOMIC_ACQUIRE))
 		pthread_once(&tsc_once, tsc_calibrate);
-	if (ns_per_tsc > 0)
-		return (uint64_t)((double)__rdtsc() * ns_per_tsc);
+	if (tsc_mult)
+		return (uint64_t)(((unsigned __int128)__rdtsc() * tsc_mult) >> 32);
 	return vbi_mono_ns();
 }
 #else

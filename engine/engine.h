@@ -290,6 +290,14 @@ struct vbi_peer {
 	atomic_bool corked;       /* data queued behind a SEND in flight: the
 				   * progress thread flushes it when that SEND
 				   * completes (vbi_peer_after_poll) */
+	atomic_bool tx_pending;   /* hint: ORDERED data may wait to be framed.
+				   * Set (seq_cst) after whatever makes data
+				   * sendable: a push (vb_pub_commit), a rewind
+				   * (lane switch, NAK, RTO), a new cursor;
+				   * cleared by vbi_peer_flush (txlock) only
+				   * when it found every cursor empty. The
+				   * per-peer round skips the flush while it is
+				   * clear, except in its timed rounds */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
@@ -412,7 +420,10 @@ struct vb_ctx {
 	 * other sets its flag and then reads this. */
 	atomic_bool sleeping;
 	int wake_fd;                /* eventfd in that wait (-1 before vb_ctx_create made it) */
-	uint64_t after_poll_ns;     /* progress: last per-peer round */
+	uint64_t after_poll_ns;     /* progress: last full per-peer round */
+	bool peer_round_due;        /* progress: the last round polled
+				     * completions; the next one begins with
+				     * their per-peer round */
 	/* Bumped (release) after a thread other than the progress thread has
 	 * built objects that completions will point at, before their first
 	 * post; the progress thread reads it (acquire) before dispatching.

@@ -43,13 +43,13 @@ void vbi_ctx_kick(struct vb_ctx *ctx)
 	vbi_ctx_wake(ctx);
 }
 
-static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle)
+static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle, bool full)
 {
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vbi_peer *p = n->peers; p; p = p->next)
-			vbi_peer_after_poll(p, idle);
+			vbi_peer_after_poll(p, idle, full);
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -228,7 +228,33 @@ static int progress_round(struct vb_ctx *ctx)
 
 	if (atomic_load_explicit(&ctx->dev_removing, memory_order_relaxed))
 		dev_reap(ctx);
+	/* The per-peer round (flush, ACKs, credits, keepalives, control
+	 * frames) owed by the last round's completions, when another thread
+	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
+	 * changes no credit, ring or receive state, so all it can find due
+	 * is a timer (ms scale). This keeps an empty poll to the CQ reads.
+	 * It runs first, before this round polls, rather than at the end of
+	 * the round that polled: a round that delivered returns to its caller
+	 * (vb_progress()) straight after the callbacks, and the caller's
+	 * reaction (a publish) does not wait for the housekeeping; a publish
+	 * meanwhile carries the ACKs owed itself. The kicked and timed rounds
+	 * are full: they also look at what only another thread's flag or a
+	 * hint says (deferred HELLOs, data a missed tx_pending hint would
+	 * leave), at least every AFTER_POLL_NS however busy the CQs are; a
+	 * round for completions alone trusts the hints. */
+	now = vbi_now_ns();
+	{
+		bool due = ctx->peer_round_due;
+		bool full = (atomic_load_explicit(&ctx->kick, memory_order_relaxed) &&
+			     atomic_exchange(&ctx->kick, false)) ||
+			    now - ctx->after_poll_ns >= AFTER_POLL_NS;
 
+		if (full)
+			ctx->after_poll_ns = now;
+		ctx->peer_round_due = false;
+		if (due || full)
+			for_each_peer_after_poll(ctx, !due, full);
+	}
 	for (unsigned d = 0; d < ctx->ndev; d++) {
 		int r;
 
@@ -241,19 +267,7 @@ static int progress_round(struct vb_ctx *ctx)
 	}
 	vbi_peer_handle_failures(ctx);
 	ctx->up->cb_flush(ctx); /* events from every thread, no lock held */
-	/* The per-peer round (flush, ACKs, credits, keepalives, control
-	 * frames) after a poll that completed something, when another thread
-	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll
-	 * changes no credit, ring or receive state, so all it can find due
-	 * is a timer (ms scale). This keeps an empty poll to the CQ reads. */
-	now = vbi_now_ns();
-	if (n > 0 ||
-	    (atomic_load_explicit(&ctx->kick, memory_order_relaxed) &&
-	     atomic_exchange(&ctx->kick, false)) ||
-	    now - ctx->after_poll_ns >= AFTER_POLL_NS) {
-		ctx->after_poll_ns = now;
-		for_each_peer_after_poll(ctx, n == 0);
-	}
+	ctx->peer_round_due = n > 0; /* the next round's first step */
 	ctx->up->fanout_flush(ctx, n == 0);
 	ctx->up->slow_check(ctx, now);
 	/* heartbeats in their own (coarse ms) clock, looked at every 20 ms
@@ -476,7 +490,7 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 	l->ka_ms = now;
 }
 
-void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
+void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 {
 	const struct vbi_upcalls *up = p->node->ctx->up;
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
@@ -485,7 +499,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 
 	if (p->dead || p->closing || !p->up)
 		return;
-	{
+	if (full) {
 		/* an accepted UD lane's HELLO answer deferred until its
 		 * accept() returned (vbi_lane_send_hello) */
 		struct vbi_lane *hl = NULL;
@@ -514,7 +528,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle)
 		held = al && atomic_load(&al->sr.sig_inflight);
 		vbi_rcu_leave();
 	}
-	if (!held)
+	if (!held && (full || atomic_load(&p->tx_pending)))
 		up->peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
 	l = vbi_peer_lane(p);

@@ -45,8 +45,10 @@ bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
  * for completions only this thread can reap now). */
 void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
 /* The per-peer round of @peer (progress context, node->lock held for
- * reading). */
-void vbi_peer_after_poll(struct vbi_peer *peer, bool idle);
+ * reading). @idle: the round polled no completion; @full: a kicked or
+ * timed round, which also looks at what no hint announces (deferred
+ * HELLOs) and flushes whatever tx_pending says. */
+void vbi_peer_after_poll(struct vbi_peer *peer, bool idle, bool full);
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */
 void vbi_ctx_kick(struct vb_ctx *ctx);

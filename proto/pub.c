@@ -240,6 +240,7 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 		struct vbi_peer *p = targets[t];
 		struct vbi_lane *l = ctx->cork ? vbi_path_lane(&p->path) : NULL;
 
+		atomic_store(&p->tx_pending, true); /* before the cork's flag */
 		if (l && atomic_load(&l->sr.sig_inflight)) {
 			atomic_store(&p->corked, true);
 			if (atomic_load(&l->sr.sig_inflight))

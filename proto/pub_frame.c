@@ -15,34 +15,6 @@
 
 /* ---- ORDERED: framing queued messages to a peer --------------------------------------- */
 
-/* Does @pp have messages to frame? txlock held; takes the pub's lock (the
- * window moves under it, and a slow-subscriber cut sets dead under it
- * alone: slow_cut). */
-static bool pp_pending(struct vbi_pubpeer *pp)
-{
-	bool r;
-
-	pthread_mutex_lock(&pp->pub->lock);
-	r = !pp->dead && pp->sent < pp->pub->win.next_seq - 1;
-	pthread_mutex_unlock(&pp->pub->lock);
-	return r;
-}
-
-static struct vbi_pubpeer *next_pending(struct vbi_peer *p)
-{
-	struct vbi_pubpeer *start = p->rr ? p->rr->next_in_peer : NULL;
-
-	if (!start)
-		start = p->pubs;
-	for (struct vbi_pubpeer *pp = start; pp; pp = pp->next_in_peer)
-		if (pp_pending(pp))
-			return p->rr = pp;
-	for (struct vbi_pubpeer *pp = p->pubs; pp && pp != start; pp = pp->next_in_peer)
-		if (pp_pending(pp))
-			return p->rr = pp;
-	return NULL;
-}
-
 
 /* The next fragment of @m (a message that does not fit one SEND, or one
  * already begun) in ring entry @s: registered header + zero-copy slice of
@@ -118,7 +90,8 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 /* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked),
  * then one BATCH frame with this publisher's next whole messages from @m on
  * (consecutive seqs, the same flags) while they fit, one header for all and
- * 4 bytes each. pub->lock held; dropped. Returns 1, 0 if nothing fitted,
+ * 4 bytes each. pub->lock held; dropped. Returns 2 if it posted and the
+ * window held nothing more for @pp, 1 if it posted, 0 if nothing fitted,
  * or negative on a post error. */
 static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer *pp,
 		       struct vbi_sctx *s, struct vbi_msg *m, uint32_t cap)
@@ -132,6 +105,7 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	struct vbi_rxs *acks_upto = NULL;
 	uint8_t *buf = s->buf.addr;
 	uint32_t off, acks, bh_off, frames = 0;
+	bool drained = false;
 	int rc;
 
 	off = acks = vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ?
@@ -145,8 +119,10 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 						  m->len);
 		frames++;
 		pp->sent++;
-		if (!(e = vbi_txwin_get(&pub->win, pp->sent + 1)))
+		if (!(e = vbi_txwin_get(&pub->win, pp->sent + 1))) {
+			drained = true;
 			break;
+		}
 		m = e->ctx;
 	}
 	if (frames) {
@@ -176,12 +152,14 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	atomic_fetch_add_explicit(&ctx->st->frames_sent, frames, memory_order_relaxed);
 	if (frames > 1)
 		atomic_fetch_add_explicit(&ctx->st->batched_frames, frames, memory_order_relaxed);
-	return 1;
+	return drained ? 2 : 1;
 }
 
 /* One SEND on lane @l for @pp: a batch of whole small messages, or the next
- * fragment of a large one. txlock held; takes pub->lock briefly. Returns 1
- * if it posted, 0 if nothing to do, negative on a post error. */
+ * fragment of a large one. txlock held; takes pub->lock briefly (the window
+ * moves under it, and a slow-subscriber cut sets dead under it alone:
+ * slow_cut). Returns 2 if it posted and @pp has nothing more to send, 1 if
+ * it posted, 0 if @pp had nothing to send, negative on a post error. */
 static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer *pp, uint32_t cap)
 {
 	struct vb_pub *pub = pp->pub;
@@ -190,6 +168,11 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	struct vbi_msg *m;
 
 	pthread_mutex_lock(&pub->lock);
+	if (pp->dead) {
+		pthread_mutex_unlock(&pub->lock);
+		vbi_sring_untake(&l->sr);
+		return 0;
+	}
 	if (pp->high <= pp->acked)
 		pp->progress_ns = vbi_now_ns(); /* nothing outstanding: the RTO starts now */
 	if (pp->sent < pp->acked) {
@@ -218,14 +201,29 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
  * read-side section (a switch, under the same txlock, cannot run meanwhile;
  * the grace period covers lock-free readers). A post error is the lane's
  * failure: the data stays in the window and goes out on the next lane.
+ *
+ * The cursors are visited round robin from the one after the last that
+ * sent (p->rr), one SEND each in turn, until every cursor was found with
+ * nothing to send in a row: a cursor whose batch emptied its window counts
+ * as found empty (frame_one's 2), so one publisher with nothing more
+ * costs no second look under its lock. @p->tx_pending is cleared first
+ * and set again when the loop stopped with data left (no credit, ring
+ * full, no usable lane, a post error): a push after the clear sets it
+ * again itself.
  */
 void vbi_peer_flush(struct vbi_peer *p)
 {
 	uint32_t cap = (uint32_t)p->node->ctx->attr.slot_size;
+	struct vbi_pubpeer *pp;
+	unsigned npp = 0, empty = 0;
 	struct vbi_lane *l;
 
 	pthread_mutex_lock(&p->txlock);
 	atomic_store(&p->corked, false);
+	atomic_store(&p->tx_pending, false);
+	for (pp = p->pubs; pp; pp = pp->next_in_peer)
+		npp++;
+	pp = p->rr && p->rr->next_in_peer ? p->rr->next_in_peer : p->pubs;
 	if (p->remote_slot_size && p->remote_slot_size < cap)
 		cap = p->remote_slot_size;
 	vbi_rcu_enter();
@@ -234,16 +232,15 @@ void vbi_peer_flush(struct vbi_peer *p)
 		cap = l->max_send; /* UD: a datagram */
 	if (l && l->mode == VB_QPT_UD && p->remote_slot_size && cap > p->remote_slot_size - VBI_UD_GRH)
 		cap = p->remote_slot_size - VBI_UD_GRH;
-	while (l && !p->dead && !p->closing && p->up && atomic_load(&l->hello_rcvd)) {
-		struct vbi_pubpeer *pp;
+	while (pp && empty < npp) {
 		int rc;
 
 		/* keep one credit for credit-returning control frames */
-		if (vbi_lane_credits(l) < 2 || l->sr.outstanding >= l->sr.n)
+		if (!l || p->dead || p->closing || !p->up || !atomic_load(&l->hello_rcvd) ||
+		    vbi_lane_credits(l) < 2 || l->sr.outstanding >= l->sr.n) {
+			atomic_store(&p->tx_pending, true); /* what is left waits for these */
 			break;
-		pp = next_pending(p);
-		if (!pp)
-			break;
+		}
 		rc = frame_one(p, l, pp, cap);
 		if (rc < 0) {
 			if (rc != -EAGAIN) {
@@ -252,10 +249,13 @@ void vbi_peer_flush(struct vbi_peer *p)
 
 				vbi_lane_report(l, v, "post_send failed");
 			}
+			atomic_store(&p->tx_pending, true);
 			break;
 		}
-		if (rc == 0)
-			break;
+		if (rc > 0)
+			p->rr = pp;
+		empty = rc == 1 ? 0 : empty + 1;
+		pp = pp->next_in_peer ? pp->next_in_peer : p->pubs;
 	}
 	vbi_rcu_leave();
 	pthread_mutex_unlock(&p->txlock);

@@ -170,6 +170,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 				pp->nak_seq = c.nak_seq;
 				pp->nak_ns = c.nak_ns;
 				pp->progress_ns = now;
+				atomic_store(&peer->tx_pending, true);
 			}
 		}
 		pthread_mutex_unlock(&pub->lock);
@@ -202,6 +203,7 @@ uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_n
 			pp->sent = pp->acked;
 			pp->frag_sent = 0;
 			pp->progress_ns = now_ns;
+			atomic_store(&peer->tx_pending, true);
 			if (pp->rto_shift < 4)
 				pp->rto_shift++;
 		}
@@ -342,6 +344,7 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 			pp->stall_ns = pp->progress_ns;
 		pthread_mutex_unlock(&pp->pub->lock);
 	}
+	atomic_store(&peer->tx_pending, true);
 	return n;
 }
 

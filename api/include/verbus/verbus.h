@@ -334,7 +334,11 @@ VB_EXPORT int vb_ctx_destroy(vb_ctx_t *ctx);
  * (callbacks run inside), return credits and acknowledgements, flush queued
  * sends. Never blocks. Returns the number of completions handled (0 when
  * idle), -EINVAL in VB_PROGRESS_THREAD mode. One thread at a time: a
- * concurrent call returns 0 without doing anything.
+ * concurrent call returns 0 without doing anything. A call that handled
+ * completions returns right after their callbacks; the credits,
+ * acknowledgements and queued sends they made due go out at the start of
+ * the next call (a publish in between carries the acknowledgements
+ * itself): keep calling it, as the mode requires.
  */
 VB_EXPORT int vb_progress(vb_ctx_t *ctx);
 
