@@ -293,11 +293,12 @@ struct vbi_peer {
 	atomic_bool tx_pending;   /* hint: ORDERED data may wait to be framed.
 				   * Set (seq_cst) after whatever makes data
 				   * sendable: a push (vb_pub_commit), a rewind
-				   * (lane switch, NAK, RTO), a new cursor;
-				   * cleared by vbi_peer_flush (txlock) only
-				   * when it found every cursor empty. The
-				   * per-peer round skips the flush while it is
-				   * clear, except in its timed rounds */
+				   * (lane switch, NAK, RTO); cleared by
+				   * vbi_peer_flush (txlock) before it looks,
+				   * and set again when it stops with data
+				   * left. The per-peer round skips the flush
+				   * while it is clear, except in its full
+				   * (kicked or timed) rounds */
 	atomic_bool subs_pending; /* our SUBs still to be (re)sent */
 	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
