@@ -29,6 +29,7 @@ struct shm {
 	uint64_t delivered[VBT_FO_MAX_TOPICS], lost[VBT_FO_MAX_TOPICS];
 	uint64_t ooo, dup, corrupt;
 	unsigned faults;           /* faults done (tried): releases the holds */
+	unsigned armed;            /* faults whose side is ready (a warm standby) */
 	unsigned caused;           /* of those, the ones whose hook returned 0 */
 	int fault_rc[VBT_FO_MAX_FAULTS];
 	uint64_t fault_ns[VBT_FO_MAX_FAULTS];
@@ -130,17 +131,24 @@ static uint64_t run_timeout_ms(void)
 	return (cfg->timeout_s ? cfg->timeout_s : 200) * 1000ull;
 }
 
+/* A warm standby on this side for fault @k (the k+1-th warmed)? */
+static bool standby_warm(vb_ctx_t *ctx, unsigned k)
+{
+	vb_stats_t s;
+
+	vb_ctx_stats(ctx, &s);
+	return s.standbys_warmed >= k + 1;
+}
+
 /* Before fault @k: a warm standby on this side (bounded wait). */
 static void wait_standby(vb_ctx_t *ctx, unsigned k)
 {
 	uint64_t t0 = vbt_now_ms();
-	vb_stats_t s;
 
 	if (!cfg->wait_standby)
 		return;
 	do {
-		vb_ctx_stats(ctx, &s);
-		if (s.standbys_warmed >= k + 1)
+		if (standby_warm(ctx, k))
 			return;
 		usleep(2000);
 	} while (vbt_now_ms() - t0 < 60000);
@@ -173,6 +181,47 @@ static uint64_t fault_hold(unsigned k)
 	uint64_t at = fault_threshold(k) + (slack ? slack : 1);
 
 	return at < cfg->msgs ? at : cfg->msgs - 1;
+}
+
+/*
+ * With @wait_standby and the faults on the subscriber's side, the stream
+ * must still flow when a fault comes (a failover is timed to the first
+ * message that follows it over the standby): waiting for the standby at
+ * the fault itself would let the publishers drain to their hold first, and
+ * the time measured would then include their wake-up from it. So the
+ * publishers pause ahead of the fault (fault_arm_at) until the faulting
+ * side says its standby is warm (arm_fault, from its wait loop), then
+ * run on through the fault.
+ */
+static bool arming(void)
+{
+	return cfg->side == VBT_FO_SUB && cfg->wait_standby;
+}
+
+/* Messages (topic 0) before which the publishers wait for fault @k's arming:
+ * half the hold's slack ahead of the fault. */
+static uint64_t fault_arm_at(unsigned k)
+{
+	uint64_t at = fault_threshold(k), lead = (fault_hold(k) - at + 1) / 2;
+
+	return at > lead ? at - lead : 0;
+}
+
+/* Faulting side's wait loop: fault @k armed once its standby is warm (or
+ * after 60 s without one: wait_standby says so at the fault). */
+static void arm_fault(vb_ctx_t *ctx)
+{
+	static uint64_t since;
+	unsigned k = LD(&sh->faults);
+
+	if (!arming() || k >= cfg->nfaults || LD(&sh->armed) > k)
+		return;
+	if (!since)
+		since = vbt_now_ms();
+	if (standby_warm(ctx, k) || vbt_now_ms() - since > 60000) {
+		ST(&sh->armed, k + 1);
+		since = 0;
+	}
 }
 
 /* A fault hook's error that may go away (no active lane at that moment):
@@ -232,6 +281,14 @@ static int hold_for_faults(uint64_t i, uint64_t t0)
 		}
 	if (cfg->side != VBT_FO_SUB)
 		return 0;
+	while (arming() && (k = LD(&sh->faults)) < cfg->nfaults && LD(&sh->armed) <= k &&
+	       i >= fault_arm_at(k)) {
+		if (LD(&sh->abort) || LD(&sh->sub_done))
+			return -ECANCELED;
+		if (vbt_now_ms() - t0 > run_timeout_ms())
+			return -ETIMEDOUT;
+		usleep(200);
+	}
 	while ((k = LD(&sh->faults)) < cfg->nfaults && i >= fault_hold(k)) {
 		if (LD(&sh->abort) || LD(&sh->sub_done))
 			return -ECANCELED;
@@ -364,8 +421,10 @@ static int sub_main(void *arg)
 	while (!sub_done_yet() && !LD(&sh->abort)) {
 		static uint64_t last_print;
 
-		if (cfg->side == VBT_FO_SUB && LD(&sh->go)) /* FANOUT: lost ones arrived too */
+		if (cfg->side == VBT_FO_SUB && LD(&sh->go)) { /* FANOUT: lost ones arrived too */
+			arm_fault(ctx);
 			maybe_fault(ctx, node, LD(&sh->delivered[0]) + LD(&sh->lost[0]));
+		}
 		usleep(500);
 		if (vbt_now_ms() - last_print >= 10000) { /* progress on long runs */
 			static uint64_t last_delivered = UINT64_MAX;
