@@ -140,6 +140,10 @@ static const struct vbi_cfg_var table[] = {
 	ROW(RTO_MS, .type = VBI_CFG_MS, .dflt = "100", .min = 1, .max = 60000,
 	    .field = "(internal) the UC/UD lanes' timers",
 	    .doc = "retransmission timeout of UC and UD lanes"),
+	ROW(FAILOVER_QUIET_MS, .type = VBI_CFG_MS, .dflt = "50", .min = 0, .max = 10000,
+	    .field = "(internal) the conductor after a switch",
+	    .doc = "after a switch of connection, the conductors leave their other work this long "
+		   "(retiring, the QP pool, the next standby; 0: off)"),
 	ROW(QP_TIMEOUT, .type = VBI_CFG_UINT, .dflt = "14", .min = 0, .max = 31,
 	    .field = "(internal) vbt_conn_param.timeout",
 	    .doc = "RC local ACK timeout exponent (4.096 us x 2^N)"),

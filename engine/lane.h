@@ -97,6 +97,9 @@ void vbi_lane_retire_locked(struct vbi_lane *l);
  * false); returns the lane that was active, for the caller to retire.
  * p->txlock held (lane_failover.c). */
 struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool tell, bool promote);
+/* A switch of connection at @now (vbi_peer_activate): the conductors leave
+ * the work that can wait for ctx->quiet_ns from now (maint.c). Any thread. */
+void vbi_ctx_quiet(struct vb_ctx *ctx, uint64_t now);
 /* vbi_peer_activate without a promotion (lane_failover.c, lane_hello.c). */
 struct vbi_lane *vbi_peer_switch_to(struct vbi_peer *p, struct vbi_lane *s, bool tell);
 void vbi_lane_on_switch(struct vbi_lane *l);

@@ -27,6 +27,11 @@
  *     saw no error, else it is destroyed (lanepool.c).
  *  4. The connecting side warms a new standby in the background (on the
  *     other device when the context has one and its port is up).
+ *  Steps 3 and 4 wait until the switch has settled: for
+ *  VERBUS_FAILOVER_QUIET_MS (50 ms) after it the conductors leave them
+ *  (vbi_ctx_quiet, maint.c), so that the LANE frame, the retransmission
+ *  and the first deliveries do not queue for the CPU behind a QP's
+ *  teardown, a new connection's set-up and the pool's QP creation.
  *
  * Thread-safety: vbi_lane_report and vbi_dev_event may run on any thread
  * (atomics only); everything that changes which lane is active runs with
@@ -201,6 +206,15 @@ void vbi_peer_allow_degrade(struct vbi_peer *p)
 
 /* ---- switching lanes (txlock held) ------------------------------------------------------- */
 
+void vbi_ctx_quiet(struct vb_ctx *ctx, uint64_t now)
+{
+	uint64_t until = now + ctx->quiet_ns, cur = atomic_load(&ctx->quiet_until_ns);
+
+	while (ctx->quiet_ns && cur < until &&
+	       !atomic_compare_exchange_weak(&ctx->quiet_until_ns, &cur, until))
+		;
+}
+
 void vbi_lane_retire_locked(struct vbi_lane *l)
 {
 	atomic_store(&l->dead, true);
@@ -285,6 +299,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	}
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;
+	vbi_ctx_quiet(ctx, now);
 	/* the peer's DATA now comes on @s: older lanes are stale for it */
 	vbi_info("peer '%s': lane %u (%s QP %u on %s) active, epoch %u, %llu messages to "
 		 "retransmit", p->name, s->id, vbi_path_mode_name((enum vb_qp_type)s->mode),

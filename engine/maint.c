@@ -349,6 +349,15 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 		 (unsigned long long)(back / 1000000), vbi_errmsg());
 }
 
+/* Within the quiet time after a switch of connection (vbi_ctx_quiet): the
+ * work that can wait (retiring lanes, refilling the QP pool, warming a
+ * standby or a probe) waits, unless the node is stopping. Its end is the
+ * conductor's next round (maint_main). */
+static bool maint_quiet(struct vb_node *node, uint64_t now)
+{
+	return now < atomic_load(&node->ctx->quiet_until_ns) && !atomic_load(&node->stop);
+}
+
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = node->ctx;
@@ -401,7 +410,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		maint_probe(node, p, now);
 	if (!p->connector || p->building || waiting_hello ||
 	    (!need_lane && !need_standby && !need_probe) || now < p->warm_after_ns ||
-	    atomic_load(&node->stop))
+	    atomic_load(&node->stop) || (!need_lane && maint_quiet(node, now)))
 		return;
 	{
 		uint8_t role = need_lane ? VBI_LANE_REPLACE
@@ -556,8 +565,10 @@ static void maint_round(struct vb_node *node)
 	node->retiring = 0;
 	pthread_mutex_unlock(&node->maint_lock);
 	ctx->up->node_pending_expire(node);
-	maint_retire(node);
-	vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
+	if (!maint_quiet(node, vbi_mono_ns())) {
+		maint_retire(node);
+		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
+	}
 	ctx->up->node_backup_step(node);
 	ctx->up->node_reap(node);
 	/* Peers are freed by vbi_node_reap, on this thread, above: the
@@ -617,8 +628,12 @@ static void *maint_main(void *arg)
 		connects_take(node);
 		builds_step(node);
 		if (kicked || now >= round_ns) {
+			uint64_t quiet = atomic_load(&node->ctx->quiet_until_ns);
+
 			maint_round(node);
 			round_ns = vbi_mono_ns() + MAINT_ROUND_NS;
+			if (quiet > now && quiet < round_ns)
+				round_ns = quiet; /* what it left waits for this */
 		}
 		if (drain_step(node))
 			round_ns = 0; /* a round now: their peers may be reaped */
