@@ -384,10 +384,11 @@ struct vb_ctx {
 	uint32_t ud_mtu;           /* datagram payload bytes (path MTU) */
 	struct vbi_errpol errpol;  /* every error completion / async event classified */
 	atomic_bool fail_pending;  /* some lane or device failed: progress handles it */
-	/* After a switch of connection (vbi_peer_activate, progress), the
-	 * conductors leave the work that can wait until quiet_until_ns, so the
-	 * switch and its retransmission have the CPU (maint.c, maint_quiet).
-	 * quiet_ns: VERBUS_FAILOVER_QUIET_MS, set at create. */
+	/* After a switch of connection (vbi_peer_activate: progress, or the
+	 * conductor promoting a probe) the conductors leave the work that can
+	 * wait until quiet_until_ns, so the switch and its retransmission
+	 * have the CPU (maint.c, maint_quiet). quiet_ns:
+	 * VERBUS_FAILOVER_QUIET_MS, set at create. */
 	uint64_t quiet_ns;
 	_Atomic uint64_t quiet_until_ns;
 
