@@ -265,8 +265,9 @@ static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 }
 
 /* Publisher threads, before message @i: wait while a subscriber-side fault
- * that must come first is not done, and before the last tenth while a
- * fault's effect has not settled. 0, or -ETIMEDOUT/-ECANCELED. */
+ * that must come first is not done (or, from fault_arm_at on, not armed),
+ * and before the last tenth while a fault's effect has not settled. 0, or
+ * -ETIMEDOUT/-ECANCELED. */
 static int hold_for_faults(uint64_t i, uint64_t t0)
 {
 	unsigned k;
@@ -281,15 +282,8 @@ static int hold_for_faults(uint64_t i, uint64_t t0)
 		}
 	if (cfg->side != VBT_FO_SUB)
 		return 0;
-	while (arming() && (k = LD(&sh->faults)) < cfg->nfaults && LD(&sh->armed) <= k &&
-	       i >= fault_arm_at(k)) {
-		if (LD(&sh->abort) || LD(&sh->sub_done))
-			return -ECANCELED;
-		if (vbt_now_ms() - t0 > run_timeout_ms())
-			return -ETIMEDOUT;
-		usleep(200);
-	}
-	while ((k = LD(&sh->faults)) < cfg->nfaults && i >= fault_hold(k)) {
+	while ((k = LD(&sh->faults)) < cfg->nfaults &&
+	       (i >= fault_hold(k) || (arming() && LD(&sh->armed) <= k && i >= fault_arm_at(k)))) {
 		if (LD(&sh->abort) || LD(&sh->sub_done))
 			return -ECANCELED;
 		if (vbt_now_ms() - t0 > run_timeout_ms())
