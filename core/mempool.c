@@ -317,8 +317,8 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 	}
 	buf->addr = m;
 	buf->len = (uint32_t)csize;
-	buf->lkey = c->lkey;
-	buf->rkey = c->rkey;
+	buf->lkey = __atomic_load_n(&c->lkey, RELAXED);
+	buf->rkey = __atomic_load_n(&c->rkey, RELAXED);
 	return 0;
 }
 
@@ -368,9 +368,9 @@ int vbi_mempool_lkey(struct vbi_mempool *p, const void *addr, size_t len, uint32
 	if (unlikely(len > c->base + c->len - (uintptr_t)addr))
 		return vbi_err(-EINVAL, "%s: range %p+%zu runs past the end of its chunk (%#lx+%zu)",
 			       p->name, addr, len, (unsigned long)c->base, c->len);
-	*lkey = c->lkey;
+	*lkey = __atomic_load_n(&c->lkey, RELAXED);
 	if (rkey)
-		*rkey = c->rkey;
+		*rkey = __atomic_load_n(&c->rkey, RELAXED);
 	return 0;
 }
 

@@ -183,8 +183,8 @@ static int mp_chunk_new(struct vbi_mempool *p, struct mp_chunk *c)
 	}
 	__atomic_store_n(&c->base, (uintptr_t)m, RELAXED); /* read by stale caches */
 	c->len = len;
-	c->lkey = lkey;
-	c->rkey = (p->attr.access & VB_ACCESS_REMOTE_MASK) ? rkey : 0;
+	__atomic_store_n(&c->lkey, lkey, RELAXED);
+	__atomic_store_n(&c->rkey, (p->attr.access & VB_ACCESS_REMOTE_MASK) ? rkey : 0, RELAXED);
 	c->handle = handle;
 	c->mode = mode;
 	c->used = 0;
@@ -480,7 +480,8 @@ int vbi_mempool_detach(struct vbi_mempool *p)
 			continue;
 		}
 		c->handle = NULL;
-		c->lkey = c->rkey = 0;
+		__atomic_store_n(&c->lkey, 0, RELAXED);
+		__atomic_store_n(&c->rkey, 0, RELAXED);
 		p->deregs++;
 		n++;
 	}

@@ -45,7 +45,9 @@ enum { MP_KIND_EMPTY = 0, MP_KIND_SMALL, MP_KIND_LARGE };
 struct mp_chunk {
 	uintptr_t base;
 	size_t len;
-	uint32_t lkey, rkey;
+	uint32_t lkey, rkey; /* atomic (relaxed): read with no lock by the hot path
+			      * (vbi_mempool_alloc, vbi_mempool_lkey) of a buffer
+			      * it holds, while a released slot is reused */
 	void *handle;
 	int inflight;       /* atomic */
 	int state;          /* pool->lock */
