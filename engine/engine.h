@@ -399,7 +399,10 @@ struct vb_ctx {
 	struct vbt_peer ud_local;  /* its address (ud_addr_lock: a leaf lock) */
 	pthread_mutex_t ud_addr_lock;
 	pthread_mutex_t ud_lock;   /* posting on the UD QP */
-	struct vbi_sring ud_sr;
+	struct vbi_sring ud_sr;    /* ud_lock; its completions are marked by
+				    * progress without it (vbi_sring_complete) */
+	bool ud_reclaim_due;       /* progress: UD sends completed that no
+				    * vbi_sring_reclaim has released yet */
 	struct vbi_slot *ud_slots;
 	uint32_t ud_nslots;
 	uint32_t ud_sq_depth;      /* sizing's, at least max_peers + 2 (vb_ctx_create) */
@@ -416,8 +419,14 @@ struct vb_ctx {
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
 	uint64_t hb_check_ns;      /* progress: last look at last_hb_ms (vbi_now_ns) */
-	atomic_bool fanout_pending; /* a FANOUT batch waits for a datagram to
-				     * complete (or for ring space) */
+	atomic_bool fanout_pending; /* a FANOUT publisher has datagrams to post:
+				     * sealed, or a batch corked behind the
+				     * datagram in flight (pub_fanout.c) */
+	atomic_bool fanout_sealed;  /* ... and some are sealed (posted even with
+				     * a datagram in flight) */
+	atomic_bool ud_gone;        /* the UD endpoint's device went and no
+				     * other took it (vbi_ud_move): FANOUT
+				     * publishes fail with -ENODEV */
 	bool cork;                  /* attr.batch: cork batching on */
 	atomic_bool kick;           /* another thread left the peers work: the
 				     * next progress round visits them */

@@ -296,6 +296,7 @@ static void reap_retired(struct vb_ctx *ctx, bool force)
 	if (!m->retired)
 		return;
 	pthread_mutex_lock(&ctx->ud_lock);
+	vbi_sring_reclaim(&ctx->ud_sr);
 	idle = force || ctx->ud_sr.outstanding == 0;
 	pthread_mutex_unlock(&ctx->ud_lock);
 	if (!idle)

@@ -136,9 +136,10 @@ static int poll_cq(struct vb_ctx *ctx, struct vbi_devres *dr)
 		case VBI_WR_UD_SEND: {
 			struct vbi_sctx *s = (void *)(uintptr_t)wc[i].wr_id;
 
-			pthread_mutex_lock(&ctx->ud_lock);
-			vbi_sring_release_upto(&ctx->ud_sr, s);
-			pthread_mutex_unlock(&ctx->ud_lock);
+			/* no ud_lock: its holder may be inside a post (rxe
+			 * carries the datagram there); ud_reclaim below */
+			vbi_sring_complete(&ctx->ud_sr, s);
+			ctx->ud_reclaim_due = true;
 			if (!ok && !atomic_load(&ctx->stop))
 				vbi_warn("UD send completion: %s", vbt_wc_status_str(wc[i].status));
 			break;
@@ -221,6 +222,19 @@ static void dev_reap(struct vb_ctx *ctx)
 		atomic_store(&ctx->dev_removing, false);
 }
 
+/* Release the UD send entries that completed (their datagrams' message
+ * references), unless a publisher holds ud_lock: it releases them itself
+ * before it posts (ud_room, pub_fanout.c), and this is tried again next
+ * round. */
+static void ud_reclaim(struct vb_ctx *ctx)
+{
+	if (pthread_mutex_trylock(&ctx->ud_lock))
+		return;
+	vbi_sring_reclaim(&ctx->ud_sr);
+	ctx->ud_reclaim_due = false;
+	pthread_mutex_unlock(&ctx->ud_lock);
+}
+
 static int progress_round(struct vb_ctx *ctx)
 {
 	uint64_t now;
@@ -265,6 +279,8 @@ static int progress_round(struct vb_ctx *ctx)
 			return r;
 		n += r;
 	}
+	if (ctx->ud_reclaim_due)
+		ud_reclaim(ctx);
 	vbi_peer_handle_failures(ctx);
 	ctx->up->cb_flush(ctx); /* events from every thread, no lock held */
 	ctx->peer_round_due = n > 0; /* the next round's first step */
@@ -346,6 +362,13 @@ static bool idle_wait(struct vb_ctx *ctx, unsigned idle, uint64_t since_ns)
 	}
 }
 
+/* A FANOUT batch waits for ud_lock (vbi_pub_fanout_flush only tries it),
+ * not for a completion: no CQ event would end a block, so keep polling. */
+static bool fanout_unblocked(struct vb_ctx *ctx)
+{
+	return atomic_load(&ctx->fanout_pending) && !atomic_load(&ctx->ud_sr.sig_inflight);
+}
+
 /*
  * VB_PROGRESS_THREAD: the only thread that runs progress while it lives (no
  * other does: vb_progress() refuses this mode, vbi_progress_or_nap() only
@@ -390,7 +413,8 @@ static void *progress_main(void *arg)
 		if (ncq) {
 			atomic_store(&ctx->sleeping, true);
 			n = vbi_progress_once(ctx);
-			if (n == 0 && !atomic_load(&ctx->kick) && !atomic_load(&ctx->fail_pending))
+			if (n == 0 && !atomic_load(&ctx->kick) && !atomic_load(&ctx->fail_pending) &&
+			    !fanout_unblocked(ctx))
 				cqs[0]->ops->cq_wait_any(cqs, ncq, ctx->wake_fd, 20);
 			atomic_store(&ctx->sleeping, false);
 		} else {

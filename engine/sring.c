@@ -119,7 +119,8 @@ struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
 
 	sr->head = (sr->head + 1) % sr->n;
 	sr->outstanding++;
-	s->signaled = false;
+	atomic_store_explicit(&s->signaled, false, memory_order_relaxed);
+	atomic_store_explicit(&s->pos, sr->head_pos++, memory_order_relaxed);
 	return s;
 }
 
@@ -127,8 +128,31 @@ struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
  * unsignaled entry before it). Caller holds the ring's lock. */
 void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s)
 {
-	s->signaled = true;
 	atomic_fetch_add_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
+	atomic_store_explicit(&s->signaled, true, memory_order_relaxed);
+}
+
+/* @s's signal is over (completed or released): out of sig_inflight once.
+ * One thread at a time touches an entry's flag (the poster until the post,
+ * then its completion, or the ring's lock holder), so no exchange. */
+static void sctx_unsignal(struct vbi_sring *sr, struct vbi_sctx *s)
+{
+	if (atomic_load_explicit(&s->signaled, memory_order_relaxed)) {
+		atomic_store_explicit(&s->signaled, false, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
+	}
+}
+
+void vbi_sring_complete(struct vbi_sring *sr, struct vbi_sctx *s)
+{
+	uintptr_t off = (uintptr_t)s - (uintptr_t)sr->ctx;
+
+	if (!sr->ctx || off >= (uintptr_t)sr->n * sizeof(*s))
+		return;
+	sctx_unsignal(sr, s);
+	atomic_store_explicit(&sr->done_pos,
+			      atomic_load_explicit(&s->pos, memory_order_relaxed) + 1,
+			      memory_order_release);
 }
 
 static void sctx_release(struct vbi_sctx *s)
@@ -151,20 +175,35 @@ void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto)
 		struct vbi_sctx *s = &sr->ctx[sr->tail];
 
 		sctx_release(s);
-		if (s->signaled) {
-			s->signaled = false;
-			atomic_fetch_sub_explicit(&sr->sig_inflight, 1, memory_order_seq_cst);
-		}
+		sctx_unsignal(sr, s);
 		sr->tail = (sr->tail + 1) % sr->n;
+		sr->tail_pos++;
 		sr->outstanding--;
 		if (s == upto)
 			break;
 	}
 }
 
+uint32_t vbi_sring_reclaim(struct vbi_sring *sr)
+{
+	uint64_t done = atomic_load_explicit(&sr->done_pos, memory_order_acquire);
+	uint32_t k = 0;
+
+	while (sr->outstanding && sr->tail_pos < done) {
+		sctx_release(&sr->ctx[sr->tail]);
+		sr->tail = (sr->tail + 1) % sr->n;
+		sr->tail_pos++;
+		sr->outstanding--;
+		k++;
+	}
+	return k;
+}
+
 /* Undo vbi_sring_take() for an entry that was not posted. */
 void vbi_sring_untake(struct vbi_sring *sr)
 {
 	sr->head = (sr->head + sr->n - 1) % sr->n;
+	sr->head_pos--;
 	sr->outstanding--;
+	sctx_unsignal(sr, &sr->ctx[sr->head]);
 }

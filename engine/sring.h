@@ -58,7 +58,9 @@ struct vbi_msg {
  * of large messages use @hdr (registered) + a slice of @msg. */
 struct vbi_sctx {
 	uint8_t kind;
-	bool signaled;
+	atomic_bool signaled;    /* posted signaled, completion not yet seen */
+	_Atomic uint64_t pos;    /* its position in the ring's sequence of takes
+				  * (vbi_sring_take); read by vbi_sring_complete */
 	struct vbi_lane *lane;   /* RC; NULL for UD */
 	struct vbi_buf buf;      /* batch buffer (slot_size) */
 	struct vbi_msg *msg;     /* ref held for a zero-copy fragment */
@@ -68,7 +70,12 @@ struct vbi_sctx {
 };
 
 /* A ring of send contexts the size of the SQ; completions are in order,
- * so a completion for entry i releases every entry up to i. */
+ * so a completion for entry i releases every entry up to i. Two ways to
+ * complete, one per ring: vbi_sring_release_upto under the ring's lock
+ * (RC lanes), or vbi_sring_complete on the poller with no lock and
+ * vbi_sring_reclaim under it later (the UD endpoint: its posters hold
+ * ctx->ud_lock across rxe's whole transfer, and the poller must not wait
+ * for them). */
 struct vbi_sring {
 	struct vbi_sctx *ctx;
 	uint32_t n;              /* entries (== SQ depth) */
@@ -80,6 +87,11 @@ struct vbi_sring {
 	atomic_uint sig_inflight;  /* signaled WRs posted, not yet completed
 				    * (under the ring's lock; read without it
 				    * by the cork rule) */
+	uint64_t head_pos;       /* takes so far (under the ring's lock) */
+	uint64_t tail_pos;       /* entries released so far (under the lock) */
+	_Atomic uint64_t done_pos; /* vbi_sring_complete: every entry below
+				    * this position completed (the poller
+				    * writes it, no lock; release/acquire) */
 	struct vbi_buf hdr_area; /* n x 64 bytes */
 	struct vbi_mempool *pool; /* where the buffers came from */
 	size_t buf_size;         /* each batch buffer's bytes (vbi_sring_init) */
@@ -99,10 +111,21 @@ void vbi_sring_fini(struct vbi_sring *sr);
 void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
 /* The next entry to post (the caller checked outstanding < n). */
 struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
-/* Undo vbi_sring_take() for an entry that was not posted. */
+/* Undo vbi_sring_take() for an entry that was not posted (and its
+ * vbi_sring_signaled, if any). */
 void vbi_sring_untake(struct vbi_sring *sr);
-/* @s was posted signaled: counted in sig_inflight until released. */
+/* @s is (about to be) posted signaled: counted in sig_inflight until its
+ * completion. A ring completed by vbi_sring_complete must be told before
+ * the post (the completion may be polled before ibv_post_send returns). */
 void vbi_sring_signaled(struct vbi_sring *sr, struct vbi_sctx *s);
+/* The poller, no lock: a completion for @s (signaled, or flushed). Its
+ * signal leaves sig_inflight and every entry up to it may be reclaimed;
+ * nothing else of the ring is touched. @s outside the ring (a completion
+ * of a QP whose ring was torn down) is ignored. */
+void vbi_sring_complete(struct vbi_sring *sr, struct vbi_sctx *s);
+/* Under the ring's lock: release the entries completed so far (their
+ * message references are dropped). Returns how many. */
+uint32_t vbi_sring_reclaim(struct vbi_sring *sr);
 /* A completion for @upto: every entry up to it (all with NULL) is done;
  * their message references are dropped. */
 void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto);

@@ -165,6 +165,7 @@ void vbi_ud_move(struct vb_ctx *ctx)
 		}
 	}
 	pthread_mutex_unlock(&ctx->ud_lock);
+	atomic_store(&ctx->ud_gone, rc != 0);
 	if (!rc)
 		ud_peers(ctx, true);
 	pthread_mutex_unlock(&ctx->lock);

@@ -159,6 +159,14 @@ struct vbi_rxs {
 
 
 
+/* A sealed FANOUT datagram: the message block holding it, its length and
+ * how many messages it carries. */
+struct vbi_fdgram {
+	struct vbi_msg *m;
+	uint32_t len, frames;
+};
+#define VBI_FANOUT_READY 8 /* sealed datagrams a publisher queues at most */
+
 struct vb_pub {
 	struct vb_pub *next;
 	struct vb_node *node;
@@ -175,8 +183,12 @@ struct vb_pub {
 				    * full (a hint; vb_publish checks under lock) */
 	uint64_t fanout_seq;       /* FANOUT: last sequence used */
 	uint64_t last_pub_ms;      /* FANOUT: when it last published */
-	struct vbi_msg *batch;     /* FANOUT: datagram being filled (ud_lock) */
+	struct vbi_msg *batch;     /* FANOUT: datagram being filled (pub->lock) */
 	uint32_t batch_off, batch_frames;
+	/* FANOUT: sealed datagrams waiting to be posted, oldest first (pub->lock;
+	 * taken by whoever holds ud_lock: pub_fanout.c) */
+	struct vbi_fdgram ready[VBI_FANOUT_READY];
+	unsigned ready_head, ready_n;
 	uint64_t hb_seq;           /* FANOUT: seq the last heartbeats announced */
 	unsigned hb_sent;          /* ... and how many times */
 	uint64_t hb_due_ms;        /* ... and when the next one is due */
@@ -348,6 +360,9 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer);
 uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer);
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now_ms);
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle);
+/* pub_fanout.c: before a FANOUT publisher goes, post what it batched (what
+ * finds no room within a second is counted lost). Application thread. */
+void vbi_pub_fanout_close(struct vb_pub *pub);
 /* Progress thread, no lock held: VB_SLOW_CUT publishers cut subscribers
  * stalled for their slow_sub_ms and send the END frames owed (every 10 ms). */
 void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now_ns); /* now_ns: vbi_now_ns() */

@@ -477,6 +477,8 @@ int vbi_pub_destroy(struct vb_pub *pub)
 		atomic_fetch_add(&node->ctx->st->unacked_on_close, left);
 	if (!in_cb) /* the on_ack callbacks of what linger saw acknowledged run first */
 		vbi_cb_wait_idle(&pub->cb_pending);
+	if (pub->cls == VB_FANOUT)
+		vbi_pub_fanout_close(pub);
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
 		if (*pp == pub) {

@@ -38,6 +38,15 @@ static unsigned fanout_targets(struct vb_pub *pub, struct vbi_peer **t, unsigned
 	return n;
 }
 
+/* Free entries of the UD send ring, once what completed is released (the
+ * progress thread only marks completions: vbi_sring_complete). ud_lock
+ * held. */
+static uint32_t ud_room(struct vb_ctx *ctx)
+{
+	vbi_sring_reclaim(&ctx->ud_sr);
+	return ctx->ud_sr.n - ctx->ud_sr.outstanding;
+}
+
 /*
  * Post @ndg datagrams laid out at an MTU stride in @m (lengths in @len) to
  * each of @nt targets and, with @grp, once to the group. ud_lock held; the
@@ -76,6 +85,8 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 				atomic_fetch_add_explicit(&ctx->st->inline_sends, 1, memory_order_relaxed);
 			}
 			s->ud_ref = m;
+			if (wr.flags & VBT_SEND_SIGNALED)
+				vbi_sring_signaled(&ctx->ud_sr, s); /* before: see sring.h */
 			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
 				s->ud_ref = NULL;
 				vbi_sring_untake(&ctx->ud_sr);
@@ -83,8 +94,6 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
 				continue;
 			}
-			if (wr.flags & VBT_SEND_SIGNALED)
-				vbi_sring_signaled(&ctx->ud_sr, s);
 			atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 			posted++;
 		}
@@ -119,96 +128,195 @@ static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)
 	return 0;
 }
 
-/* Post @pub's pending batch datagram, if any. ud_lock and pub->lock held.
- * -EAGAIN when the ring has no room for it (it stays pending). */
-static int fanout_flush_batch(struct vb_ctx *ctx, struct vb_pub *pub)
+/* Seal @pub's batch: its BATCH header written, it joins the datagrams
+ * waiting to be posted (the caller checked there is room). pub->lock held. */
+static void seal_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 {
-	struct vbi_peer *targets[VBI_MAX_PEERS];
 	struct vbi_msg *m = pub->batch;
-	const struct vbt_mcast *grp;
-	unsigned nt;
+	struct vbi_wire_hdr h = {
+		.type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
+		.session = pub->session, .topic = pub->topic_id,
+		.seq = pub->fanout_seq - pub->batch_frames + 1, /* records: seq .. fanout_seq */
+		.len = pub->batch_off - VBI_WIRE_HDR_LEN, .msg_len = pub->batch_frames,
+	};
+	unsigned i = (pub->ready_head + pub->ready_n) % VBI_FANOUT_READY;
 
-	if (!m)
-		return 0;
-	if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
-		vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
-			 pub->topic, pub->batch_frames);
-		atomic_fetch_add(&ctx->st->lost, pub->batch_frames);
-		pub->batch = NULL;
-		vbi_msg_put(m);
-		return 0;
-	}
-	if (fanout_rehome(ctx, &pub->batch))
-		return -EAGAIN; /* stays pending */
-	m = pub->batch;
-	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
-	grp = vbi_mcast_pub_group(pub);
-	if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nt + (grp != NULL))
-		return -EAGAIN;
-	{	/* one BATCH frame: its records are seqs fanout_seq - frames + 1.. */
-		struct vbi_wire_hdr h = {
-			.type = VBI_WT_BATCH, .flags = VBI_WF_FIRST | VBI_WF_LAST,
-			.session = pub->session, .topic = pub->topic_id,
-			.seq = pub->fanout_seq - pub->batch_frames + 1,
-			.len = pub->batch_off - VBI_WIRE_HDR_LEN, .msg_len = pub->batch_frames,
-		};
-
-		vbi_wire_put(m->buf.addr, &h);
-	}
+	vbi_wire_put(m->buf.addr, &h);
+	pub->ready[i] = (struct vbi_fdgram){ m, pub->batch_off, pub->batch_frames };
+	pub->ready_n++;
 	pub->batch = NULL;
 	if (pub->batch_frames > 1)
 		atomic_fetch_add_explicit(&ctx->st->batched_frames, pub->batch_frames,
 					  memory_order_relaxed);
 	atomic_fetch_add_explicit(&ctx->st->frames_sent, pub->batch_frames, memory_order_relaxed);
-	fanout_post(ctx, pub, m, 1, &pub->batch_off, targets, nt, grp);
-	return 0;
 }
 
-/* Progress thread: post the FANOUT batches corked behind a datagram in
- * flight once no signaled datagram is (and the queue has room). */
+/* What fanout_take leaves behind (bits). */
+enum { LEFT_PARTIAL = 1, LEFT_SEALED = 2 };
+
+/* Take @pub's sealed datagrams, and with @partial its batch too (sealed
+ * now), as many as the ring has room for, oldest first, into @out (at most
+ * VBI_FANOUT_READY + 1). ud_lock and pub->lock held. Returns how many;
+ * *@left says what stays. */
+static unsigned fanout_take(struct vb_ctx *ctx, struct vb_pub *pub, bool partial, unsigned nd,
+			    struct vbi_fdgram *out, unsigned *left)
+{
+	uint32_t room = ctx->ud_qp ? ud_room(ctx) : UINT32_MAX; /* no QP: all go (lost) */
+	unsigned k = 0;
+
+	if (partial && pub->batch && pub->ready_n < VBI_FANOUT_READY)
+		seal_batch(ctx, pub);
+	while (pub->ready_n && (uint64_t)(k + 1) * nd <= room) {
+		out[k++] = pub->ready[pub->ready_head];
+		pub->ready_head = (pub->ready_head + 1) % VBI_FANOUT_READY;
+		pub->ready_n--;
+	}
+	*left = (pub->ready_n ? LEFT_SEALED : 0) | (pub->batch ? LEFT_PARTIAL : 0);
+	return k;
+}
+
+/* Post @k datagrams taken by fanout_take to @pub's targets. ud_lock held
+ * (pub->lock need not be: the targets are peers, which are freed only after
+ * an RCU grace period, and address handles, destroyed under ud_lock). */
+static void fanout_post_taken(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_fdgram *d,
+			      unsigned k, struct vbi_peer **targets, unsigned nt,
+			      const struct vbt_mcast *grp)
+{
+	for (unsigned i = 0; i < k; i++) {
+		if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
+			vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
+				 pub->topic, d[i].frames);
+			atomic_fetch_add(&ctx->st->lost, d[i].frames);
+			vbi_msg_put(d[i].m);
+			continue;
+		}
+		if (fanout_rehome(ctx, &d[i].m)) { /* no memory on the new device */
+			vbi_warn("'%s': %u FANOUT message(s) could not move to %s: not sent",
+				 pub->topic, d[i].frames, atomic_load(&ctx->ud_dr)->name);
+			atomic_fetch_add(&ctx->st->lost, d[i].frames);
+			vbi_msg_put(d[i].m);
+			continue;
+		}
+		fanout_post(ctx, pub, d[i].m, 1, &d[i].len, targets, nt, grp);
+	}
+}
+
+/*
+ * Post what @pub has waiting: its sealed datagrams and, with @partial, its
+ * batch. ud_lock held, pub->lock not: it is taken only to take the
+ * datagrams, so the publishing threads go on batching while this thread
+ * carries the posts (rxe does the transfer inside ibv_post_send). Returns
+ * what stays (LEFT_*).
+ */
+static unsigned fanout_post_ready(struct vb_ctx *ctx, struct vb_pub *pub, bool partial)
+{
+	struct vbi_peer *targets[VBI_MAX_PEERS];
+	struct vbi_fdgram d[VBI_FANOUT_READY + 1];
+	const struct vbt_mcast *grp;
+	unsigned nt, k, left;
+
+	vbi_rcu_enter(); /* the targets stay (vbi_node_reap) */
+	pthread_mutex_lock(&pub->lock);
+	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
+	grp = vbi_mcast_pub_group(pub);
+	k = fanout_take(ctx, pub, partial, nt + (grp != NULL) ? nt + (grp != NULL) : 1, d, &left);
+	pthread_mutex_unlock(&pub->lock);
+	fanout_post_taken(ctx, pub, d, k, targets, nt, grp);
+	vbi_rcu_leave();
+	return left;
+}
+
+/* Progress thread: post the FANOUT datagrams the publishers sealed, and the
+ * batches corked behind a datagram in flight once none is. ud_lock is only
+ * tried: a publisher holding it is posting (the next round looks again;
+ * progress does not block while a batch waits so: fanout_unblocked). */
 void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 {
+	bool partial;
+
 	(void)idle;
-	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed) ||
-	    atomic_load(&ctx->ud_sr.sig_inflight))
+	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
 		return;
+	partial = !atomic_load(&ctx->ud_sr.sig_inflight);
+	if (!partial && !atomic_load_explicit(&ctx->fanout_sealed, memory_order_relaxed))
+		return; /* corked behind the datagram in flight */
 	atomic_store(&ctx->fanout_pending, false);
+	atomic_store(&ctx->fanout_sealed, false);
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+			unsigned left = LEFT_SEALED;
+
 			if (pub->cls != VB_FANOUT)
 				continue;
-			pthread_mutex_lock(&ctx->ud_lock);
-			pthread_mutex_lock(&pub->lock);
-			if (pub->batch && fanout_flush_batch(ctx, pub))
-				atomic_store(&ctx->fanout_pending, true); /* no room yet */
-			pthread_mutex_unlock(&pub->lock);
-			pthread_mutex_unlock(&ctx->ud_lock);
+			if (!pthread_mutex_trylock(&ctx->ud_lock)) {
+				left = fanout_post_ready(ctx, pub, partial);
+				pthread_mutex_unlock(&ctx->ud_lock);
+			}
+			if (left & LEFT_SEALED)
+				atomic_store(&ctx->fanout_sealed, true);
+			if (left)
+				atomic_store(&ctx->fanout_pending, true);
 		}
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-/* @m, which fits one datagram, as the next record of @pub's BATCH datagram
- * (its header is written when it is posted: fanout_flush_batch), which is
- * posted now unless corked behind a datagram in flight. *@seq gets its
- * sequence. ud_lock and pub->lock held. 0, or -EAGAIN when the datagram
- * queue has no room (nothing taken from @m then). */
-static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, unsigned nd,
-			 uint64_t *seq)
+/* How long vbi_pub_fanout_close waits for room in the datagram queue. */
+#define CLOSE_POST_MS 1000
+
+/* Before @pub goes (vbi_pub_destroy, still attached): what it batched is
+ * posted, waiting up to CLOSE_POST_MS for room in the queue; what still
+ * finds none is counted lost. */
+void vbi_pub_fanout_close(struct vb_pub *pub)
+{
+	struct vb_ctx *ctx = pub->node->ctx;
+	uint64_t t0 = vbi_now_ms();
+	unsigned left;
+
+	for (;;) {
+		pthread_mutex_lock(&ctx->ud_lock);
+		left = fanout_post_ready(ctx, pub, true);
+		pthread_mutex_unlock(&ctx->ud_lock);
+		if (!left || vbi_now_ms() - t0 > CLOSE_POST_MS)
+			break;
+		vbi_progress_or_nap(ctx); /* completions make room */
+	}
+	pthread_mutex_lock(&pub->lock);
+	if (pub->batch && pub->ready_n < VBI_FANOUT_READY)
+		seal_batch(ctx, pub);
+	while (pub->ready_n) {
+		struct vbi_fdgram *d = &pub->ready[pub->ready_head];
+
+		vbi_warn("'%s': %u FANOUT message(s) found no room to go out at close: not sent",
+			 pub->topic, d->frames);
+		atomic_fetch_add(&ctx->st->lost, d->frames);
+		vbi_msg_put(d->m);
+		pub->ready_head = (pub->ready_head + 1) % VBI_FANOUT_READY;
+		pub->ready_n--;
+	}
+	pthread_mutex_unlock(&pub->lock);
+}
+
+/* @m, which fits one datagram, as the next record of @pub's batch (its
+ * header is written when it is sealed); a full batch is sealed for posting
+ * first. *@seq gets its sequence. pub->lock held. 0, or -EAGAIN when the
+ * sealed datagrams fill their queue (nothing taken from @m then). */
+static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m, uint64_t *seq)
 {
 	uint32_t mtu = ctx->ud_mtu;
 	size_t rs = vbi_wire_rec_size(m->len);
-	bool busy = ctx->cork && atomic_load(&ctx->ud_sr.sig_inflight);
 	uint8_t *pl = (uint8_t *)m->buf.addr + VBI_WIRE_HDR_LEN;
 
-	if (pub->batch && pub->batch_off + rs > mtu && fanout_flush_batch(ctx, pub))
-		return -EAGAIN;
-	if (!pub->batch) {
-		if (ctx->ud_sr.n - ctx->ud_sr.outstanding < nd)
+	if (pub->batch && pub->batch_off + rs > mtu) {
+		if (pub->ready_n == VBI_FANOUT_READY)
 			return -EAGAIN;
+		seal_batch(ctx, pub);
+		atomic_store(&ctx->fanout_sealed, true);
+	}
+	if (!pub->batch) {
 		/* this message's buffer becomes the datagram: its payload
 		 * moves up by the record's length field */
 		pub->batch = m;
@@ -224,19 +332,60 @@ static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg 
 	pub->batch_frames++;
 	if (pub->batch != m)
 		vbi_msg_put(m); /* copied into the batch */
-	if ((busy && pub->batch_off + VBI_WIRE_REC_HDR + 8 <= mtu) || fanout_flush_batch(ctx, pub))
-		atomic_store(&ctx->fanout_pending, true); /* corked, or no room yet */
+	return 0;
+}
+
+/* A message that fits one datagram (vbi_fanout_send). Appended to the
+ * batch under pub->lock alone; then, when no datagram is in flight and
+ * nothing waits before it, this thread posts the batch at once (no added
+ * latency when idle) if it gets ud_lock without waiting. Otherwise the
+ * progress thread posts it: sealed datagrams at once, a partial batch when
+ * the datagram in flight completes (cork). Only when the sealed datagrams
+ * fill their queue does this thread wait for ud_lock and post them itself
+ * (back-pressure). */
+static int fanout_send_small(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m,
+			     uint64_t *seq)
+{
+	bool idle;
+	int rc;
+
+	for (int tries = 0;; tries++) {
+		pthread_mutex_lock(&pub->lock);
+		rc = fanout_append(ctx, pub, m, seq);
+		idle = !rc && !pub->ready_n &&
+		       (!ctx->cork || !atomic_load(&ctx->ud_sr.sig_inflight));
+		pthread_mutex_unlock(&pub->lock);
+		if (rc != -EAGAIN || tries)
+			break;
+		pthread_mutex_lock(&ctx->ud_lock); /* back-pressure: post them here */
+		fanout_post_ready(ctx, pub, false);
+		pthread_mutex_unlock(&ctx->ud_lock);
+	}
+	if (rc)
+		return rc;
+	if (idle && !pthread_mutex_trylock(&ctx->ud_lock)) {
+		unsigned left = fanout_post_ready(ctx, pub, true);
+
+		pthread_mutex_unlock(&ctx->ud_lock);
+		if (!left)
+			return 0;
+		if (left & LEFT_SEALED)
+			atomic_store(&ctx->fanout_sealed, true);
+	}
+	/* a relaxed look first: a store is a locked instruction. The progress
+	 * thread clears the flag before it takes pub->lock to look, so it sees
+	 * this append, or this load sees the flag cleared */
+	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+		atomic_store(&ctx->fanout_pending, true);
+	vbi_ctx_wake(ctx);
 	return 0;
 }
 
 /*
- * FANOUT publish. A message that fits one datagram is appended to the
- * publisher's batch datagram; the batch is posted at once when no signaled
- * datagram is in flight (no added latency when idle) or when the datagram
- * is full to the path MTU, else it is corked until the progress thread sees
- * the datagram in flight complete (vbi_pub_fanout_flush). Every datagram
- * count is read and changed under ud_lock, which the completion takes too.
- * Larger messages are fragmented into datagrams laid out in place.
+ * FANOUT publish. A message that fits one datagram joins the publisher's
+ * batch datagram (fanout_send_small). Larger messages are fragmented into
+ * datagrams laid out in place and posted by this thread under ud_lock,
+ * after everything batched before them.
  */
 int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 {
@@ -245,37 +394,45 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	uint32_t mtu = ctx->ud_mtu, fmax = mtu - VBI_WIRE_HDR_LEN;
 	uint32_t nfrag = m->len ? (m->len + fmax - 1) / fmax : 1;
 	struct vbi_peer *targets[VBI_MAX_PEERS];
+	struct vbi_fdgram d[VBI_FANOUT_READY + 1];
 	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
 	const struct vbt_mcast *grp;
-	unsigned nt, nd;
+	unsigned nt, nd, k, left;
 	uint64_t seq;
 	int rc = 0;
 
-	pthread_mutex_lock(&ctx->ud_lock);
-	if (!ctx->ud_qp) {
-		pthread_mutex_unlock(&ctx->ud_lock);
+	if (atomic_load(&ctx->ud_gone))
 		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
-			       pub->topic, ctx->ud_dr->name);
-	}
+			       pub->topic, atomic_load(&ctx->ud_dr)->name);
 	if ((rc = fanout_rehome(ctx, mp))) {
-		pthread_mutex_unlock(&ctx->ud_lock);
 		if (rc == -EAGAIN)
 			vbi_pub_refused(pub);
 		return vbi_err_prefix(rc, "'%s': registered memory", pub->topic);
 	}
 	m = *mp;
+	if (nfrag == 1 && VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) <= mtu) {
+		if ((rc = fanout_send_small(ctx, pub, m, &seq)))
+			goto full;
+		goto done;
+	}
+	/* fragmented: what is batched goes first, then every datagram */
+	pthread_mutex_lock(&ctx->ud_lock);
+	vbi_rcu_enter();
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
-	if (nfrag == 1 && VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len) <= mtu) {
-		if (fanout_append(ctx, pub, m, nd, &seq))
-			goto full;
-		goto done;
-	}
-	/* fragmented: the pending batch goes first, then every datagram */
-	if (fanout_flush_batch(ctx, pub) || ctx->ud_sr.n - ctx->ud_sr.outstanding < nd * nfrag)
+	k = fanout_take(ctx, pub, true, nd ? nd : 1, d, &left);
+	fanout_post_taken(ctx, pub, d, k, targets, nt, grp);
+	if (left || !ctx->ud_qp || ud_room(ctx) < nd * nfrag) {
+		pthread_mutex_unlock(&pub->lock);
+		vbi_rcu_leave();
+		pthread_mutex_unlock(&ctx->ud_lock);
+		if (left)
+			atomic_store(&ctx->fanout_pending, true);
+		rc = ctx->ud_qp ? -EAGAIN : -ENODEV;
 		goto full;
+	}
 	seq = ++pub->fanout_seq;
 	pub->last_pub_ms = vbi_now_ms();
 	/* Lay the datagrams out in place: fragment i at i * mtu, each its own
@@ -299,19 +456,22 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	}
 	atomic_fetch_add_explicit(&ctx->st->frames_sent, nfrag, memory_order_relaxed);
 	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
-done:
 	pthread_mutex_unlock(&pub->lock);
+	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->ud_lock);
+done:
 	atomic_fetch_add_explicit(&ctx->st->published, 1, memory_order_relaxed);
 	if (seq_out)
 		*seq_out = seq;
-	return rc;
+	return 0;
 full:
-	pthread_mutex_unlock(&pub->lock);
-	pthread_mutex_unlock(&ctx->ud_lock);
+	if (rc == -ENODEV)
+		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT was removed",
+			       pub->topic);
 	vbi_pub_refused(pub);
-	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u of %u in flight, %u needed)",
-		       pub->topic, ctx->ud_sr.outstanding, ctx->ud_sr.n, nd * nfrag);
+	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u in flight, %u datagram(s) "
+		       "queued before this one)", pub->topic, atomic_load(&ctx->ud_sr.outstanding),
+		       VBI_FANOUT_READY);
 }
 
 /* When the heartbeat after the @sent-th one of a tail is due: the first
@@ -349,7 +509,8 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
 			pthread_mutex_lock(&pub->lock);
-			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || now - pub->last_pub_ms < 50 ||
+			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || pub->ready_n ||
+			    now - pub->last_pub_ms < 50 ||
 			    (pub->hb_seq == pub->fanout_seq && now < pub->hb_due_ms)) {
 				pthread_mutex_unlock(&pub->lock);
 				pthread_mutex_unlock(&ctx->ud_lock);
@@ -385,18 +546,17 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 					wr.remote_qpn = grp->remote_qpn;
 					wr.remote_qkey = grp->qkey;
 				}
-				if (ctx->ud_sr.outstanding < ctx->ud_sr.n &&
+				if (ud_room(ctx) &&
 				    sizeof(hb) <= ctx->ud_qp->cap.max_inline_data) {
 					sc = vbi_sring_take(&ctx->ud_sr);
 					wr.wr_id = (uintptr_t)sc;
 					ctx->ud_sr.since_signal = 0;
-					if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
+					vbi_sring_signaled(&ctx->ud_sr, sc);
+					if (vbt_post_send(ctx->ud_qp, &wr, &bad))
 						vbi_sring_untake(&ctx->ud_sr);
-					} else {
-						vbi_sring_signaled(&ctx->ud_sr, sc);
+					else
 						atomic_fetch_add_explicit(&ctx->st->heartbeats_sent, 1,
 									  memory_order_relaxed);
-					}
 				}
 				if (!pp)
 					break;
