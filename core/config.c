@@ -486,6 +486,14 @@ int vbi_cfg_unsigned(enum vbi_cfg_id id, unsigned *out)
 	return rc;
 }
 
+uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id)
+{
+	uint64_t ms = 0;
+
+	vbi_cfg_u64(id, &ms);
+	return ms * 1000000ull;
+}
+
 int vbi_cfg_int(enum vbi_cfg_id id, int *out)
 {
 	uint64_t u = (uint64_t)*out;

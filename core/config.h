@@ -174,6 +174,10 @@ int vbi_cfg_int(enum vbi_cfg_id id, int *out);
 int vbi_cfg_size(enum vbi_cfg_id id, size_t *out);
 int vbi_cfg_double(enum vbi_cfg_id id, double *out);
 int vbi_cfg_str(enum vbi_cfg_id id, const char **out);
+/* A duration row in milliseconds (a *_MS variable), in nanoseconds: its
+ * value in force as vbi_cfg_u64() gives it (0 when unset with no default).
+ * Any thread. */
+uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id);
 
 /* For the create functions: 0 when @id is unset or valid; -EINVAL with the
  * thread's message naming it, its value and the range when malformed

@@ -8,32 +8,23 @@
 #include "core/err.h"
 #include "core/log.h"
 
-#define MS 1000000ull
 
 /* ---- configuration ----------------------------------------------------- */
 
 /* A duration variable of the table, in ns: @ns keeps the default's value
  * (the table's) when unset or malformed. */
-static void env_ms(enum vbi_cfg_id id, uint64_t *ns)
-{
-	uint64_t ms = 0;
-
-	vbi_cfg_u64(id, &ms);
-	*ns = ms * MS;
-}
-
 void vbi_path_cfg_init(struct vbi_path_cfg *c)
 {
 	uint64_t v = 0;
 
 	memset(c, 0, sizeof(*c));
 	vbi_cfg_unsigned(VBI_CFG_DEGRADE_FAILURES, &c->degrade_failures);
-	env_ms(VBI_CFG_DEGRADE_WINDOW_MS, &c->degrade_window_ns);
-	env_ms(VBI_CFG_PROMOTE_HOLD_MS, &c->promote_hold_ns);
-	env_ms(VBI_CFG_PROMOTE_HOLD_MAX_MS, &c->promote_hold_max_ns);
+	c->degrade_window_ns = vbi_cfg_ms_ns(VBI_CFG_DEGRADE_WINDOW_MS);
+	c->promote_hold_ns = vbi_cfg_ms_ns(VBI_CFG_PROMOTE_HOLD_MS);
+	c->promote_hold_max_ns = vbi_cfg_ms_ns(VBI_CFG_PROMOTE_HOLD_MAX_MS);
 	if (c->promote_hold_max_ns < c->promote_hold_ns)
 		c->promote_hold_max_ns = c->promote_hold_ns;
-	env_ms(VBI_CFG_PROMOTE_RELAPSE_MS, &c->relapse_window_ns);
+	c->relapse_window_ns = vbi_cfg_ms_ns(VBI_CFG_PROMOTE_RELAPSE_MS);
 	vbi_cfg_unsigned(VBI_CFG_PROMOTE_PROBES, &c->promote_probes);
 	vbi_cfg_u64(VBI_CFG_PROMOTE_DIRECT, &v);
 	c->promote_direct = (int)v;

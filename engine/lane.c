@@ -266,10 +266,7 @@ uint64_t vbi_rto_ns(void)
 	uint64_t v = atomic_load_explicit(&rto, memory_order_relaxed);
 
 	if (!v) {
-		uint64_t ms = 0;
-
-		vbi_cfg_u64(VBI_CFG_RTO_MS, &ms);
-		v = ms * 1000000ull;
+		v = vbi_cfg_ms_ns(VBI_CFG_RTO_MS);
 		atomic_store_explicit(&rto, v, memory_order_relaxed);
 	}
 	return v;

@@ -152,12 +152,7 @@ static void ctx_init_early(struct vb_ctx *ctx)
 	pthread_mutex_init(&ctx->progress_lock, NULL);
 	vbi_cb_init(ctx);
 	vbi_errpol_init(&ctx->errpol);
-	{
-		uint64_t ms = 0;
-
-		vbi_cfg_u64(VBI_CFG_FAILOVER_QUIET_MS, &ms);
-		ctx->quiet_ns = ms * 1000000ull;
-	}
+	ctx->quiet_ns = vbi_cfg_ms_ns(VBI_CFG_FAILOVER_QUIET_MS);
 	vbt_conn_param_init(&ctx->cp);
 	ctx->cp.cm_timeout_ms = attr->cm_timeout_ms;
 	/* RC QPs accept RDMA WRITE at the QP level, but no memory region is
