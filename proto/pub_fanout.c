@@ -213,13 +213,14 @@ static unsigned fanout_post_ready(struct vb_ctx *ctx, struct vb_pub *pub, bool p
 	struct vbi_peer *targets[VBI_MAX_PEERS];
 	struct vbi_fdgram d[VBI_FANOUT_READY + 1];
 	const struct vbt_mcast *grp;
-	unsigned nt, k, left;
+	unsigned nt, nd, k, left;
 
 	vbi_rcu_enter(); /* the targets stay (vbi_node_reap) */
 	pthread_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
-	k = fanout_take(ctx, pub, partial, nt + (grp != NULL) ? nt + (grp != NULL) : 1, d, &left);
+	nd = nt + (grp != NULL);
+	k = fanout_take(ctx, pub, partial, nd ? nd : 1, d, &left);
 	pthread_mutex_unlock(&pub->lock);
 	fanout_post_taken(ctx, pub, d, k, targets, nt, grp);
 	vbi_rcu_leave();
