@@ -701,6 +701,9 @@ VB_EXPORT int vb_pub_subscribers(vb_pub_t *pub);
  * connection is given up meanwhile are not waited for); in VB_PROGRESS_APP
  * mode the calling thread drives progress while it waits. What is still
  * unacknowledged then is released and counted (vb_stats_t.unacked_on_close).
+ * FANOUT: the messages it still holds batched are sent first (waiting up to
+ * a second for room in the datagram queue; what finds none is counted in
+ * vb_stats_t.lost and logged).
  * Returns 0 (nothing was left unacknowledged; also FANOUT and NULL), or
  * -ETIMEDOUT: @pub is destroyed all the same, and vb_errmsg() says how many
  * messages were not acknowledged. Not concurrently with other calls on @pub.
