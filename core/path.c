@@ -8,11 +8,9 @@
 #include "core/err.h"
 #include "core/log.h"
 
-
 /* ---- configuration ----------------------------------------------------- */
 
-/* A duration variable of the table, in ns: @ns keeps the default's value
- * (the table's) when unset or malformed. */
+/* Durations: vbi_cfg_ms_ns (the table's default when unset or malformed). */
 void vbi_path_cfg_init(struct vbi_path_cfg *c)
 {
 	uint64_t v = 0;
