@@ -7,8 +7,10 @@
  * datagram; heartbeats announce the tail so subscribers see a lost last
  * message as a gap.
  *
- * Threads: any publishing thread (under ctx->ud_lock, then pub->lock); the
- * progress thread flushes due batches and sends heartbeats.
+ * Threads: any publishing thread batches under pub->lock and posts under
+ * ctx->ud_lock (taken first, pub->lock inside it) when the UD QP is idle;
+ * the progress thread posts what they batched meanwhile, marks the send
+ * completions and sends heartbeats.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -105,8 +107,10 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 
 /* *@mp's block is in the pool of another device than the UD endpoint's (it
  * moved: dev_reap, progress.c): copy it over, since datagrams are posted from the
- * message's own buffer; *@mp is the copy then. ud_lock held; nothing was
- * posted from the message yet (its only reference is the caller's). */
+ * message's own buffer; *@mp is the copy then. Nothing was posted from
+ * the message yet (its only reference is the caller's). Any thread:
+ * vbi_fanout_send for the caller's message, fanout_post_taken (ud_lock
+ * held) for a batch made before the endpoint moved. */
 static int fanout_rehome(struct vb_ctx *ctx, struct vbi_msg **mp)
 {
 	struct vbi_devres *dr = ctx->ud_dr;
