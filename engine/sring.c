@@ -169,16 +169,22 @@ static void sctx_release(struct vbi_sctx *s)
 
 /* Release outstanding entries oldest first, up to and including @upto
  * (every outstanding one when NULL). Caller holds the ring's lock. */
+/* Release the oldest outstanding entry. Caller holds the ring's lock. */
+static void ring_pop(struct vbi_sring *sr)
+{
+	sctx_release(&sr->ctx[sr->tail]);
+	sr->tail = (sr->tail + 1) % sr->n;
+	sr->tail_pos++;
+	sr->outstanding--;
+}
+
 void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto)
 {
 	while (sr->outstanding) {
 		struct vbi_sctx *s = &sr->ctx[sr->tail];
 
-		sctx_release(s);
 		sctx_unsignal(sr, s);
-		sr->tail = (sr->tail + 1) % sr->n;
-		sr->tail_pos++;
-		sr->outstanding--;
+		ring_pop(sr);
 		if (s == upto)
 			break;
 	}
@@ -189,13 +195,8 @@ uint32_t vbi_sring_reclaim(struct vbi_sring *sr)
 	uint64_t done = atomic_load_explicit(&sr->done_pos, memory_order_acquire);
 	uint32_t k = 0;
 
-	while (sr->outstanding && sr->tail_pos < done) {
-		sctx_release(&sr->ctx[sr->tail]);
-		sr->tail = (sr->tail + 1) % sr->n;
-		sr->tail_pos++;
-		sr->outstanding--;
-		k++;
-	}
+	for (; sr->outstanding && sr->tail_pos < done; k++)
+		ring_pop(sr);
 	return k;
 }
 

@@ -158,6 +158,18 @@ static void seal_batch(struct vb_ctx *ctx, struct vb_pub *pub)
 /* What fanout_take leaves behind (bits). */
 enum { LEFT_PARTIAL = 1, LEFT_SEALED = 2 };
 
+/* Datagrams stay (@left, LEFT_*): the progress thread is to post them
+ * (vbi_pub_fanout_flush). A relaxed look first: a store is a locked
+ * instruction. The progress thread clears the flags before it takes
+ * pub->lock to look, so it sees what stays, or the look sees them cleared. */
+static void fanout_mark_left(struct vb_ctx *ctx, unsigned left)
+{
+	if ((left & LEFT_SEALED) && !atomic_load_explicit(&ctx->fanout_sealed, memory_order_relaxed))
+		atomic_store(&ctx->fanout_sealed, true);
+	if (left && !atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
+		atomic_store(&ctx->fanout_pending, true);
+}
+
 /* Take @pub's sealed datagrams, and with @partial its batch too (sealed
  * now), as many as the ring has room for, oldest first, into @out (at most
  * VBI_FANOUT_READY + 1). ud_lock and pub->lock held. Returns how many;
@@ -179,6 +191,16 @@ static unsigned fanout_take(struct vb_ctx *ctx, struct vb_pub *pub, bool partial
 	return k;
 }
 
+/* Sealed datagram @d of @pub will not go out (@why): counted lost, logged,
+ * its reference dropped. */
+static void fdgram_drop(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_fdgram *d,
+			const char *why)
+{
+	vbi_warn("'%s': %u FANOUT message(s) %s: not sent", pub->topic, d->frames, why);
+	atomic_fetch_add(&ctx->st->lost, d->frames);
+	vbi_msg_put(d->m);
+}
+
 /* Post @k datagrams taken by fanout_take to @pub's targets. ud_lock held
  * (pub->lock need not be: the targets are peers, which are freed only after
  * an RCU grace period, and address handles, destroyed under ud_lock). */
@@ -187,21 +209,12 @@ static void fanout_post_taken(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi
 			      const struct vbt_mcast *grp)
 {
 	for (unsigned i = 0; i < k; i++) {
-		if (!ctx->ud_qp) { /* its device was removed (dev_reap): nowhere to post */
-			vbi_warn("'%s': %u FANOUT message(s) batched when the device went: not sent",
-				 pub->topic, d[i].frames);
-			atomic_fetch_add(&ctx->st->lost, d[i].frames);
-			vbi_msg_put(d[i].m);
-			continue;
-		}
-		if (fanout_rehome(ctx, &d[i].m)) { /* no memory on the new device */
-			vbi_warn("'%s': %u FANOUT message(s) could not move to %s: not sent",
-				 pub->topic, d[i].frames, atomic_load(&ctx->ud_dr)->name);
-			atomic_fetch_add(&ctx->st->lost, d[i].frames);
-			vbi_msg_put(d[i].m);
-			continue;
-		}
-		fanout_post(ctx, pub, d[i].m, 1, &d[i].len, targets, nt, grp);
+		if (!ctx->ud_qp) /* its device was removed (dev_reap): nowhere to post */
+			fdgram_drop(ctx, pub, &d[i], "batched when the device went");
+		else if (fanout_rehome(ctx, &d[i].m)) /* no memory on the new device */
+			fdgram_drop(ctx, pub, &d[i], "could not move to the new device");
+		else
+	fanout_post(ctx, pub, d[i].m, 1, &d[i].len, targets, nt, grp);
 	}
 }
 
@@ -259,10 +272,7 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 				left = fanout_post_ready(ctx, pub, partial);
 				pthread_mutex_unlock(&ctx->ud_lock);
 			}
-			if (left & LEFT_SEALED)
-				atomic_store(&ctx->fanout_sealed, true);
-			if (left)
-				atomic_store(&ctx->fanout_pending, true);
+			fanout_mark_left(ctx, left);
 		}
 		pthread_rwlock_unlock(&n->lock);
 	}
@@ -293,12 +303,7 @@ void vbi_pub_fanout_close(struct vb_pub *pub)
 	if (pub->batch && pub->ready_n < VBI_FANOUT_READY)
 		seal_batch(ctx, pub);
 	while (pub->ready_n) {
-		struct vbi_fdgram *d = &pub->ready[pub->ready_head];
-
-		vbi_warn("'%s': %u FANOUT message(s) found no room to go out at close: not sent",
-			 pub->topic, d->frames);
-		atomic_fetch_add(&ctx->st->lost, d->frames);
-		vbi_msg_put(d->m);
+		fdgram_drop(ctx, pub, &pub->ready[pub->ready_head], "found no room to go out at close");
 		pub->ready_head = (pub->ready_head + 1) % VBI_FANOUT_READY;
 		pub->ready_n--;
 	}
@@ -351,6 +356,7 @@ static int fanout_append(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg 
 static int fanout_send_small(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *m,
 			     uint64_t *seq)
 {
+	unsigned left = LEFT_PARTIAL; /* what is appended, until posted */
 	bool idle;
 	int rc;
 
@@ -369,21 +375,21 @@ static int fanout_send_small(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_
 	if (rc)
 		return rc;
 	if (idle && !pthread_mutex_trylock(&ctx->ud_lock)) {
-		unsigned left = fanout_post_ready(ctx, pub, true);
-
+		left = fanout_post_ready(ctx, pub, true);
 		pthread_mutex_unlock(&ctx->ud_lock);
 		if (!left)
 			return 0;
-		if (left & LEFT_SEALED)
-			atomic_store(&ctx->fanout_sealed, true);
 	}
-	/* a relaxed look first: a store is a locked instruction. The progress
-	 * thread clears the flag before it takes pub->lock to look, so it sees
-	 * this append, or this load sees the flag cleared */
-	if (!atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))
-		atomic_store(&ctx->fanout_pending, true);
+	fanout_mark_left(ctx, left);
 	vbi_ctx_wake(ctx);
 	return 0;
+}
+
+/* -ENODEV: no UD endpoint left for @pub's datagrams. */
+static int ud_gone_err(struct vb_ctx *ctx, const struct vb_pub *pub)
+{
+	return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
+		       pub->topic, atomic_load(&ctx->ud_dr)->name);
 }
 
 /*
@@ -407,8 +413,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	int rc = 0;
 
 	if (atomic_load(&ctx->ud_gone))
-		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT (%s) was removed",
-			       pub->topic, atomic_load(&ctx->ud_dr)->name);
+		return ud_gone_err(ctx, pub);
 	if ((rc = fanout_rehome(ctx, mp))) {
 		if (rc == -EAGAIN)
 			vbi_pub_refused(pub);
@@ -433,8 +438,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 		pthread_mutex_unlock(&pub->lock);
 		vbi_rcu_leave();
 		pthread_mutex_unlock(&ctx->ud_lock);
-		if (left)
-			atomic_store(&ctx->fanout_pending, true);
+		fanout_mark_left(ctx, left);
 		rc = ctx->ud_qp ? -EAGAIN : -ENODEV;
 		goto full;
 	}
@@ -471,8 +475,7 @@ done:
 	return 0;
 full:
 	if (rc == -ENODEV)
-		return vbi_err(-ENODEV, "'%s': the device that carried FANOUT was removed",
-			       pub->topic);
+		return ud_gone_err(ctx, pub);
 	vbi_pub_refused(pub);
 	return vbi_err(-EAGAIN, "'%s': datagram send queue full (%u in flight, %u datagram(s) "
 		       "queued before this one)", pub->topic, atomic_load(&ctx->ud_sr.outstanding),
