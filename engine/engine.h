@@ -168,10 +168,20 @@ struct vbi_lane {
 	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
 	struct vbi_sring sr;
-	uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
-	uint64_t returned_total; /* slots the remote gave back */
+	/* Credits. sends_total is written by the posters (under *lk), read
+	 * by the progress thread without it (on_ack); returned_total is
+	 * written by the progress thread alone (ACKs, the credit resync), no
+	 * lock, and read by the posters; to_return is added to by the progress
+	 * thread (a slot reposted, no lock) and taken down by whoever sends it
+	 * back in an ACK (under *lk). Relaxed: a poster that reads a stale
+	 * returned_total sees fewer credits, and the progress thread's next
+	 * round flushes what that left. */
+	_Atomic uint64_t sends_total;    /* SENDs posted (each consumes a remote slot) */
+	_Atomic uint64_t returned_total; /* slots the remote gave back */
 	uint32_t remote_slots;   /* from HELLO */
-	uint32_t to_return;      /* slots reposted, not yet returned in an ACK */
+	atomic_uint to_return;   /* slots reposted, not yet returned in an ACK */
+	uint32_t credits_built;  /* to_return in the ACKs built, not yet sent
+				  * (vbi_peer_build_acks -> vbi_peer_acks_sent) */
 	uint64_t ka_sends;       /* keepalive: sends_total when last looked at */
 	uint64_t ka_ms;          /* ... and when (coarse ms) */
 
@@ -304,11 +314,13 @@ struct vbi_peer {
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
 				   * it again (progress thread, after_poll) */
 
-	/* receive side: dirty, delivered_since_ack and last_rx_ms are under
-	 * txlock, because any SEND to this peer may carry the ACKs */
+	/* receive side: dirty and delivered_since_ack are under txlock,
+	 * because any SEND to this peer may carry the ACKs */
 	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
 	uint64_t delivered_since_ack;
-	uint64_t last_rx_ms;     /* when data last arrived (idle ACK timer) */
+	_Atomic uint64_t last_rx_ms; /* when data last arrived (idle ACK timer,
+				      * dead-peer rule): written by the progress
+				      * thread, no lock; relaxed */
 
 	/* the remote node */
 	struct vbt_peer ud;      /* its UD endpoint (qpn, qkey, gid) (FANOUT) */
@@ -430,6 +442,9 @@ struct vb_ctx {
 	bool cork;                  /* attr.batch: cork batching on */
 	atomic_bool kick;           /* another thread left the peers work: the
 				     * next progress round visits them */
+	atomic_bool hellos_deferred; /* a lane's HELLO waits for its accept()
+				      * (vbi_lane_send_hello): the full rounds
+				      * look for it until it is sent */
 	/* The progress thread about to block, or blocked, in its CQ wait
 	 * (written by it; read by every thread that leaves it work, which
 	 * then writes wake_fd: vbi_ctx_wake). Seq_cst on both sides: the

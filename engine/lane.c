@@ -201,7 +201,10 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p)
 
 uint32_t vbi_lane_credits(const struct vbi_lane *l)
 {
-	return (uint32_t)(l->remote_slots + l->returned_total - l->sends_total);
+	uint64_t returned = atomic_load_explicit(&l->returned_total, memory_order_relaxed);
+
+	return (uint32_t)(l->remote_slots + returned -
+			  atomic_load_explicit(&l->sends_total, memory_order_relaxed));
 }
 
 /* Post @wr (a SEND) on @l: a UD lane addresses the remote lane's QP (its
@@ -253,7 +256,7 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc)
 		return rc;
-	l->sends_total++;
+	vbi_lane_count_send(l);
 	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 	return 0;
 }
@@ -289,12 +292,14 @@ void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_
 	struct vb_ctx *ctx = p->node->ctx;
 	uint64_t rto = vbi_rto_ns(), n;
 
-	if (l->returned_total != l->last_returned) {
-		l->last_returned = l->returned_total;
+	uint64_t returned = atomic_load_explicit(&l->returned_total, memory_order_relaxed);
+
+	if (returned != l->last_returned) {
+		l->last_returned = returned;
 		l->credit_ns = now_ns;
 	} else if (vbi_lane_credits(l) < 2 && now_ns - l->credit_ns > rto) {
-		l->returned_total = l->sends_total;
-		l->last_returned = l->returned_total;
+		l->last_returned = atomic_load_explicit(&l->sends_total, memory_order_relaxed);
+		atomic_store_explicit(&l->returned_total, l->last_returned, memory_order_relaxed);
 		l->credit_ns = now_ns;
 		atomic_fetch_add_explicit(&ctx->st->credit_resyncs, 1, memory_order_relaxed);
 	}
@@ -411,11 +416,9 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		vbi_lane_report(l, v, "receive repost failed");
 		return;
 	}
-	pthread_mutex_lock(l->lk);
-	l->to_return++;
+	atomic_fetch_add_explicit(&l->to_return, 1, memory_order_relaxed);
 	if (l->peer)
-		l->peer->last_rx_ms = vbi_now_ms();
-	pthread_mutex_unlock(l->lk);
+		atomic_store_explicit(&l->peer->last_rx_ms, vbi_now_ms(), memory_order_relaxed);
 }
 
 /* ---- retiring ------------------------------------------------------------------------------ */

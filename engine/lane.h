@@ -55,6 +55,14 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
 int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);
+/* A SEND was posted on @l: one remote slot used. *l->lk held (the posters'
+ * count; the progress thread reads it without the lock). */
+static inline void vbi_lane_count_send(struct vbi_lane *l)
+{
+	atomic_store_explicit(&l->sends_total,
+			      atomic_load_explicit(&l->sends_total, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
 void vbi_lane_retire(struct vbi_lane *l);
 /*
  * A lane's retirement, in steps that never block (the conductor's drain,

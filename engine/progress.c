@@ -43,13 +43,50 @@ void vbi_ctx_kick(struct vb_ctx *ctx)
 	vbi_ctx_wake(ctx);
 }
 
+/* An accepted UD lane's HELLO answer deferred until its accept() returned
+ * (vbi_lane_send_hello): sent once its address is known; one still
+ * waiting keeps ctx->hellos_deferred set. */
+static void send_deferred_hello(struct vbi_peer *p)
+{
+	struct vb_ctx *ctx = p->node->ctx;
+	struct vbi_lane *hl = NULL;
+	bool waiting = false;
+
+	if (p->dead || p->closing || !p->up)
+		return;
+	vbi_rcu_enter(); /* lanes are freed after a grace period */
+	pthread_mutex_lock(&p->txlock);
+	for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next) {
+		if (!atomic_load(&o->hello_deferred) || atomic_load(&o->dead))
+			continue;
+		if (atomic_load(&o->conn_ready))
+			hl = o;
+		else
+			waiting = true;
+	}
+	pthread_mutex_unlock(&p->txlock);
+	if (waiting || hl)
+		atomic_store(&ctx->hellos_deferred, true); /* looked at again next time */
+	if (hl)
+		ctx->up->lane_send_hello(hl);
+	vbi_rcu_leave();
+}
+
 static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle, bool full)
 {
+	/* cleared before the look, set again by a HELLO deferred meanwhile or
+	 * still waiting (send_deferred_hello) */
+	bool hellos = full && atomic_load_explicit(&ctx->hellos_deferred, memory_order_relaxed) &&
+		      atomic_exchange(&ctx->hellos_deferred, false);
+
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		pthread_rwlock_rdlock(&n->lock);
-		for (struct vbi_peer *p = n->peers; p; p = p->next)
+		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+			if (hellos)
+				send_deferred_hello(p);
 			vbi_peer_after_poll(p, idle, full);
+		}
 		pthread_rwlock_unlock(&n->lock);
 	}
 	pthread_mutex_unlock(&ctx->lock);
@@ -469,14 +506,21 @@ int vbi_progress_start(struct vb_ctx *ctx)
 	return 0;
 }
 
-/*
- * After each poll: flush queued data first (ACKs ride along in its batches),
- * then a standalone ACK when the protocol says one is due (upcall
- * peer_acks: vbi_peer_acks_due), then the keepalive. Lanes other than the
- * active one return their credits on their own. node->lock held for
- * reading (so subscribers, whose streams sit on the dirty list, cannot go
- * away meanwhile).
- */
+/* A credit-only ACK (session 0) on @l with the slots it reposted since the
+ * last: 0 when sent, else the post's error (they stay owed). txlock held. */
+static int return_credits(struct vbi_lane *l, uint8_t *buf)
+{
+	unsigned n = atomic_load_explicit(&l->to_return, memory_order_relaxed);
+	struct vbi_wire_hdr h = { .type = VBI_WT_ACK, .frag_off = n };
+	int rc;
+
+	vbi_wire_put(buf, &h);
+	rc = vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN);
+	if (rc == 0)
+		atomic_fetch_sub_explicit(&l->to_return, n, memory_order_relaxed);
+	return rc;
+}
+
 /*
  * Keepalive on the active lane @l: when it has posted nothing for
  * keepalive_ms, a credits-only ACK frame goes. A peer that died silently
@@ -496,24 +540,27 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 	if (!ka)
 		return;
 	now = vbi_now_ms();
-	if (l->sends_total != l->ka_sends || !l->ka_ms) {
-		l->ka_sends = l->sends_total;
+	if (atomic_load_explicit(&l->sends_total, memory_order_relaxed) != l->ka_sends || !l->ka_ms) {
+		l->ka_sends = atomic_load_explicit(&l->sends_total, memory_order_relaxed);
 		l->ka_ms = now;
 		return;
 	}
 	if (now - l->ka_ms < ka)
 		return;
-	struct vbi_wire_hdr h = { .type = VBI_WT_ACK, .frag_off = l->to_return };
-
-	vbi_wire_put(buf, &h);
-	if (vbi_lane_send_ctrl(l, buf, VBI_WIRE_HDR_LEN) == 0) {
-		l->to_return = 0;
+	if (return_credits(l, buf) == 0)
 		atomic_fetch_add_explicit(&p->node->ctx->st->keepalives, 1, memory_order_relaxed);
-	}
-	l->ka_sends = l->sends_total;
+	l->ka_sends = atomic_load_explicit(&l->sends_total, memory_order_relaxed);
 	l->ka_ms = now;
 }
 
+/*
+ * After each poll: flush queued data first (ACKs ride along in its batches),
+ * then a standalone ACK when the protocol says one is due (upcall
+ * peer_acks: vbi_peer_acks_due), then the keepalive. Lanes other than the
+ * active one return their credits on their own. node->lock held for
+ * reading (so subscribers, whose streams sit on the dirty list, cannot go
+ * away meanwhile).
+ */
 void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 {
 	const struct vbi_upcalls *up = p->node->ctx->up;
@@ -523,22 +570,6 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 
 	if (p->dead || p->closing || !p->up)
 		return;
-	if (full) {
-		/* an accepted UD lane's HELLO answer deferred until its
-		 * accept() returned (vbi_lane_send_hello) */
-		struct vbi_lane *hl = NULL;
-
-		vbi_rcu_enter(); /* lanes are freed after a grace period */
-		pthread_mutex_lock(&p->txlock);
-		for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next)
-			if (atomic_load(&o->hello_deferred) && atomic_load(&o->conn_ready) &&
-			    !atomic_load(&o->dead))
-				hl = o;
-		pthread_mutex_unlock(&p->txlock);
-		if (hl)
-			up->lane_send_hello(hl);
-		vbi_rcu_leave();
-	}
 	if (p->subs_pending)
 		p->subs_pending = up->peer_send_subs(p, NULL) != 0; /* retried until sent */
 	/* Data corked behind a SEND in flight goes once that SEND completed
@@ -574,15 +605,12 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 		keepalive(p, l, buf);
 	}
 	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
-		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
+		unsigned n = atomic_load_explicit(&o->to_return, memory_order_relaxed);
 
-		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) ||
-		    o->to_return < 2 || (o->to_return < o->nslots / 4 && !idle))
+		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) || n < 2 ||
+		    (n < o->nslots / 4 && !idle))
 			continue;
-		h.frag_off = o->to_return;
-		vbi_wire_put(buf, &h);
-		if (vbi_lane_send_ctrl(o, buf, VBI_WIRE_HDR_LEN) == 0)
-			o->to_return = 0;
+		return_credits(o, buf);
 	}
 	pthread_mutex_unlock(&p->txlock);
 }

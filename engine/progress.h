@@ -46,8 +46,8 @@ bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
 void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
 /* The per-peer round of @peer (progress context, node->lock held for
  * reading). @idle: the round polled no completion; @full: a kicked or
- * timed round, which also looks at what no hint announces (deferred
- * HELLOs) and flushes whatever tx_pending says. */
+ * timed round, which flushes whatever tx_pending says (those rounds also
+ * send the HELLOs deferred until an accept() returned: ctx->hellos_deferred). */
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle, bool full);
 /* Any thread: have the next progress round visit every peer (work for it
  * was left by a thread other than the progress thread). */

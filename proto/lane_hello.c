@@ -73,7 +73,8 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 		/* an accepted UD lane whose accept() has not returned yet: no
 		 * address to answer to; vbi_peer_after_poll sends it later */
 		atomic_store(&l->hello_deferred, true);
-		vbi_ctx_kick(l->node->ctx);
+		atomic_store(&ctx->hellos_deferred, true);
+		vbi_ctx_kick(ctx);
 		if (!atomic_load(&l->conn_ready))
 			return;
 	}

@@ -135,7 +135,7 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 				atomic_load(&l->retiring) ? " retiring" : "",
 				atomic_load(&l->hello_rcvd) ? "" : " no-hello", vbi_lane_credits(l),
 				(unsigned)l->sr.outstanding, l->sr.n, atomic_load(&l->posted_recvs),
-				l->to_return);
+				atomic_load_explicit(&l->to_return, memory_order_relaxed));
 		for (struct vbi_pubpeer *pp = p->pubs; pp; pp = pp->next_in_peer) {
 			pthread_mutex_lock(&pp->pub->lock);
 			fprintf(f, "    pub '%s': sent %llu high %llu acked %llu window next %llu%s\n",

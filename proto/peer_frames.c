@@ -155,14 +155,15 @@ static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
 {
 	atomic_fetch_add(&ctx->st->acks_received, 1);
 	if (h->frag_off) { /* credits of the lane it came on */
-		bool bad;
+		/* returned_total is this thread's alone (engine.h): no
+		 * lock. Unreliable lanes: after a credit resync (lost
+		 * datagrams assumed) late returns only refill. */
+		uint64_t returned = atomic_load_explicit(&l->returned_total, memory_order_relaxed);
+		bool bad = vbi_wire_credit_return(&returned,
+						  atomic_load_explicit(&l->sends_total, memory_order_relaxed),
+						  h->frag_off, l->mode == VB_QPT_RC) < 0;
 
-		pthread_mutex_lock(&p->txlock);
-		/* unreliable lanes: after a credit resync (lost
-		 * datagrams assumed) late returns only refill */
-		bad = vbi_wire_credit_return(&l->returned_total, l->sends_total,
-					     h->frag_off, l->mode == VB_QPT_RC) < 0;
-		pthread_mutex_unlock(&p->txlock);
+		atomic_store_explicit(&l->returned_total, returned, memory_order_relaxed);
 		if (!bad)
 			atomic_store_explicit(&p->credit_rx_ns, vbi_now_ns(),
 					      memory_order_relaxed);
@@ -274,7 +275,8 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 	uint32_t off = 0;
 
 	*upto = r;
-	if (!r && !l->to_return)
+	l->credits_built = atomic_load_explicit(&l->to_return, memory_order_relaxed);
+	if (!r && !l->credits_built)
 		return 0;
 	do {
 		struct vbi_wire_hdr h = { .type = VBI_WT_ACK };
@@ -288,7 +290,7 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 			h.seq = r->ack_next - 1;
 		}
 		if (!off)
-			h.frag_off = l->to_return;
+			h.frag_off = l->credits_built;
 		vbi_wire_put(buf + off, &h);
 		off += VBI_WIRE_HDR_LEN;
 		if (nak) { /* go-back-N: resend from the first missing message */
@@ -308,7 +310,8 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 /* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
 {
-	l->to_return = 0;
+	atomic_fetch_sub_explicit(&l->to_return, l->credits_built, memory_order_relaxed);
+	l->credits_built = 0;
 	p->delivered_since_ack = 0;
 	while (p->dirty && p->dirty != upto) {
 		struct vbi_rxs *d = p->dirty;
@@ -364,8 +367,11 @@ void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 
 	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
 		urgent |= r->ack_urgent;
-	due = urgent || l->to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
-	      (idle && (p->dirty || l->to_return > 1) && vbi_now_ms() - p->last_rx_ms >= 2);
+	unsigned to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed);
+
+	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
+	      (idle && (p->dirty || to_return > 1) &&
+	       vbi_now_ms() - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >= 2);
 	if (due)
 		vbi_peer_send_acks(p, l, buf, cap, NULL);
 }

@@ -72,7 +72,7 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		vbi_sring_untake(&l->sr);
 		return rc;
 	}
-	l->sends_total++;
+	vbi_lane_count_send(l);
 	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
 	pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */

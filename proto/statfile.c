@@ -179,7 +179,7 @@ static void fill_lane(struct vbi_stat_lane *o, const struct vbi_peer *p, struct 
 	o->sq_outstanding = atomic_load(&l->sr.outstanding);
 	o->sq_depth = l->sr.n;
 	o->recvs = atomic_load(&l->posted_recvs);
-	o->sends = l->sends_total;
+	o->sends = atomic_load_explicit(&l->sends_total, memory_order_relaxed);
 }
 
 static void fill_peer(struct vbi_stat_peer *o, struct vb_node *n, struct vbi_peer *p,
