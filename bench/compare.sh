@@ -569,8 +569,11 @@ report() {
           jstr(sname[s]), (spec[s] != "" && (st in cmd)) ? jstr(cmd[st]) : "null", lst, jnum(med[s]), jnum(mn[s]), jnum(mx[s]),
           (c ? "" : ", \"why\": " jstr(txt[s])))
       }
-      ratio = ""; rlist = ""; rmin = ""; rmax = ""
-      if (unit != "%" && med[1] != "" && med[3] != "" && med[1] > 0) ratio = sprintf("%.2f", med[3] / med[1])
+      ratio = ""; exact = ""; rlist = ""; rmin = ""; rmax = ""
+      if (unit != "%" && med[1] != "" && med[3] != "" && med[1] > 0) {
+        exact = med[3] / med[1]        # the targets are judged on this,
+        ratio = sprintf("%.2f", exact) # not on the rounded table cell
+      }
       for (k = 1; k <= R; k++) {
         q = ""
         if (unit != "%" && rr[1, k] != "" && rr[3, k] != "" && rr[1, k] > 0) {
@@ -583,7 +586,7 @@ report() {
       if (rmin != "" && rmin > 0 && rmax / rmin > 2) noisy = noisy (noisy == "" ? "" : ",") "ratio"
       flag = (noisy != "") ? "noisy" : ""
       if (R == 1) flag = flag (flag == "" ? "" : ", ") "1 round"
-      if (tg != "") { tratio[tg] = ratio; tvb[tg] = med[3]; tucxv[tg] = med[2]; tfig[tg] = fig; tunit[tg] = unit; tnoisy[tg] = noisy }
+      if (tg != "") { tratio[tg] = exact; tvb[tg] = med[3]; tucxv[tg] = med[2]; tfig[tg] = fig; tunit[tg] = unit; tnoisy[tg] = noisy }
       printf "%-46s | %-24s | %-24s | %-24s | %-8s | %-7s | %s\n", substr(fig " (" unit ")", 1, 46), substr(txt[1], 1, 24),
         substr(txt[2], 1, 24), substr(txt[3], 1, 24), (ratio == "" ? "-" : ratio "x"), thr, flag >> tbl
       if (nf++) printf "    ,\n" >> json
@@ -598,6 +601,7 @@ report() {
       v = "not measured"
       if (q != "") {
         ok = (op == "<=") ? (q + 0 <= lim) : (q + 0 >= lim)
+        q = sprintf("%.3f", q) # shown with 3 decimals: 0.2023 is not printed as 0.20
         ucxs = ""
         if (tucx[i] != "") {
           if (tucxv[t] == "") ucxs = "; UCX not measured"
