@@ -167,8 +167,6 @@ static void sctx_release(struct vbi_sctx *s)
 	}
 }
 
-/* Release outstanding entries oldest first, up to and including @upto
- * (every outstanding one when NULL). Caller holds the ring's lock. */
 /* Release the oldest outstanding entry. Caller holds the ring's lock. */
 static void ring_pop(struct vbi_sring *sr)
 {
@@ -178,6 +176,8 @@ static void ring_pop(struct vbi_sring *sr)
 	sr->outstanding--;
 }
 
+/* Release outstanding entries oldest first, up to and including @upto
+ * (every outstanding one when NULL). Caller holds the ring's lock. */
 void vbi_sring_release_upto(struct vbi_sring *sr, struct vbi_sctx *upto)
 {
 	while (sr->outstanding) {
