@@ -257,3 +257,14 @@ int vbi_reasm_push(struct vbi_reasm *r, const struct vbi_wire_hdr *h, const void
 	r->completed++;
 	return 1;
 }
+
+bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms)
+{
+	uint32_t credit_batch = o->nslots / 8 ? o->nslots / 8 : 1;
+
+	if (!o->streams && !o->to_return)
+		return false;
+	if (!o->reliable || o->urgent || o->to_return >= credit_batch)
+		return true;
+	return o->streams && (o->delivered >= VBI_ACK_EVERY || now_ms - o->owed_ms >= VBI_ACK_DELAY_MS);
+}

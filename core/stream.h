@@ -102,6 +102,40 @@ int vbi_txcursor_nak(struct vbi_txcursor *c, uint64_t seq, uint64_t now_ns, uint
  */
 int vbi_quorum_seq(const uint64_t *acked, unsigned n, unsigned k, uint64_t *out);
 
+/* ---- subscriber: when acknowledgements ride a DATA SEND ---------------- */
+
+/* What a receiving node owes one peer, as vbi_ack_rides() reads it. */
+struct vbi_ack_owed {
+	bool streams;       /* a stream from the peer has an ACK to send */
+	bool urgent;        /* one must go now: asked for (ACK_REQ, k-of-n), a
+			     * lane switch, a NAK */
+	bool reliable;      /* the lane delivers in order and loses nothing (RC):
+			     * no retransmission timer waits for the ACK */
+	uint32_t to_return; /* receive slots reposted and not yet returned */
+	uint32_t nslots;    /* the lane's receive slots */
+	uint64_t delivered; /* messages delivered since the last ACK went */
+	uint64_t owed_ms;   /* when @streams became true (coarse ms clock) */
+};
+
+/* An RC lane's ACKs ride every VBI_ACK_EVERY-th delivery, or once one has
+ * been owed VBI_ACK_DELAY_MS. */
+#define VBI_ACK_EVERY 16u
+#define VBI_ACK_DELAY_MS 2u
+
+/*
+ * Whether a DATA SEND going to the peer at @now_ms (coarse ms) should carry
+ * the ACKs and credits owed (piggybacked) or leave them for a later one.
+ * Over UC/UD every SEND carries them (go-back-N and the publisher's RTO run
+ * on them); over RC they are coalesced: they go when urgent, when an eighth
+ * of the slots wait to be returned (the sender's credits), every
+ * VBI_ACK_EVERY deliveries, or VBI_ACK_DELAY_MS after one became owed. An
+ * ACK on RC only releases the publisher's window, and each one a ping-pong
+ * carried cost 40 bytes on the wire and a window release per message.
+ * What is held back goes with a later SEND or on its own (the idle and
+ * threshold rules of the progress round). Pure.
+ */
+bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms);
+
 /* ---- subscriber: per-stream sequence tracking -------------------------- */
 
 enum vbi_rx_mode {

@@ -318,6 +318,8 @@ struct vbi_peer {
 	 * because any SEND to this peer may carry the ACKs */
 	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
 	uint64_t delivered_since_ack;
+	uint64_t ack_owed_ms;    /* when dirty last became non-empty (coarse
+				  * ms: vbi_ack_rides) */
 	_Atomic uint64_t last_rx_ms; /* when data last arrived (idle ACK timer,
 				      * dead-peer rule): written by the progress
 				      * thread, no lock; relaxed */

@@ -307,6 +307,30 @@ uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *bu
 	return off;
 }
 
+/* A dirty stream's ACK must go at once. txlock held. */
+static bool acks_urgent(const struct vbi_peer *p)
+{
+	for (const struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
+		if (r->ack_urgent || r->nak_pending)
+			return true;
+	return false;
+}
+
+bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
+{
+	struct vbi_ack_owed o = {
+		.streams = p->dirty != NULL,
+		.urgent = acks_urgent(p),
+		.reliable = l->mode == VB_QPT_RC,
+		.to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed),
+		.nslots = l->nslots,
+		.delivered = p->delivered_since_ack,
+		.owed_ms = p->ack_owed_ms,
+	};
+
+	return vbi_ack_rides(&o, o.streams ? vbi_now_ms() : 0);
+}
+
 /* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
 {
@@ -363,10 +387,7 @@ int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool idle)
 {
-	bool urgent = false, due;
-
-	for (struct vbi_rxs *r = p->dirty; r; r = r->next_dirty)
-		urgent |= r->ack_urgent;
+	bool urgent = acks_urgent(p), due;
 	unsigned to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed);
 
 	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||

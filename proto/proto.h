@@ -321,6 +321,9 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
+/* Whether a DATA SEND to @p on @l carries the ACKs and credits owed now
+ * (core/stream.h vbi_ack_rides: coalesced on RC). txlock held. */
+bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l);
 /* Build the ACKs @p owes into @buf (@cap bytes, at most @l's max_send),
  * send them on @l and mark them sent: 0 (*@more, when not NULL: some did
  * not fit), -ENODATA (nothing owed) or vbi_lane_send_ctrl()'s error

@@ -87,8 +87,8 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 	return 1;
 }
 
-/* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked),
- * then one BATCH frame with this publisher's next whole messages from @m on
+/* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked,
+ * when vbi_peer_acks_ride() says they go now), then one BATCH frame with this publisher's next whole messages from @m on
  * (consecutive seqs, the same flags) while they fit, one header for all and
  * 4 bytes each. pub->lock held; dropped. Returns 2 if it posted and the
  * window held nothing more for @pp, 1 if it posted, 0 if nothing fitted,
@@ -108,8 +108,9 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	bool drained = false;
 	int rc;
 
-	off = acks = vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ?
-					 room : 8 * VBI_WIRE_HDR_LEN, &acks_upto);
+	off = acks = !vbi_peer_acks_ride(p, l) ? 0 :
+		vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ? room : 8 * VBI_WIRE_HDR_LEN,
+				    &acks_upto);
 	bh_off = off;
 	off += VBI_WIRE_HDR_LEN;
 	while (off + vbi_wire_rec_size(m->len) <= cap && m->flags == bh.flags) {

@@ -167,6 +167,8 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 	if (nak)
 		r->nak_pending = true;
 	if (!r->in_dirty) {
+		if (!p->dirty)
+			p->ack_owed_ms = vbi_now_ms();
 		r->in_dirty = true;
 		r->next_dirty = p->dirty;
 		p->dirty = r;

@@ -265,6 +265,59 @@ static void test_reassembly(void **state)
 	vbi_reasm_fini(&r);
 }
 
+/* When the ACKs a receiver owes ride the next DATA SEND (vbi_ack_rides). */
+static void test_ack_rides(void **state)
+{
+	struct vbi_ack_owed o = { .reliable = true, .nslots = 256 };
+
+	(void)state;
+	assert_false(vbi_ack_rides(&o, 100)); /* nothing owed */
+	/* RC: one delivery's ACK waits for more, a credit or two as well */
+	o.streams = true;
+	o.delivered = 1;
+	o.owed_ms = 100;
+	o.to_return = 1;
+	assert_false(vbi_ack_rides(&o, 100));
+	assert_false(vbi_ack_rides(&o, 100 + VBI_ACK_DELAY_MS - 1));
+	/* ... until it has been owed VBI_ACK_DELAY_MS */
+	assert_true(vbi_ack_rides(&o, 100 + VBI_ACK_DELAY_MS));
+	/* ... or VBI_ACK_EVERY deliveries wait */
+	o.delivered = VBI_ACK_EVERY - 1;
+	assert_false(vbi_ack_rides(&o, 100));
+	o.delivered = VBI_ACK_EVERY;
+	assert_true(vbi_ack_rides(&o, 100));
+	/* ... or an eighth of the slots wait to be returned (credits alone too) */
+	o.delivered = 1;
+	o.to_return = 256 / 8 - 1;
+	assert_false(vbi_ack_rides(&o, 100));
+	o.to_return = 256 / 8;
+	assert_true(vbi_ack_rides(&o, 100));
+	o.streams = false;
+	assert_true(vbi_ack_rides(&o, 100));
+	o.to_return = 256 / 8 - 1;
+	assert_false(vbi_ack_rides(&o, 100 + 1000)); /* credits have no timer here */
+	/* ... or it is urgent (k-of-n, a lane switch, a NAK) */
+	o.streams = true;
+	o.to_return = 0;
+	o.urgent = true;
+	assert_true(vbi_ack_rides(&o, 100));
+	/* a lane with 4 slots returns every credit at once */
+	o.urgent = false;
+	o.streams = false;
+	o.nslots = 4;
+	o.to_return = 1;
+	assert_true(vbi_ack_rides(&o, 100));
+	/* UC/UD: whatever is owed rides every SEND (go-back-N, the RTO) */
+	o.nslots = 256;
+	o.reliable = false;
+	assert_true(vbi_ack_rides(&o, 100));
+	o.to_return = 0;
+	o.streams = true;
+	assert_true(vbi_ack_rides(&o, 100));
+	o.streams = false;
+	assert_false(vbi_ack_rides(&o, 100));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -275,6 +328,7 @@ int main(void)
 		cmocka_unit_test(test_txcursor_nak),
 		cmocka_unit_test(test_rx_ordered_dedup_across_failover),
 		cmocka_unit_test(test_reassembly),
+		cmocka_unit_test(test_ack_rides),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
