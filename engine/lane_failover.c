@@ -284,19 +284,32 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	atomic_fetch_add_explicit(&p->retransmits, n, memory_order_relaxed);
 	/* What we received from it is acknowledged again at once (our ACKs
 	 * in flight on the old lane are lost), so its retransmission skips
-	 * it: the progress thread, which owns the receive streams, does it
-	 * on its next pass (after the LANE frame, on the same lane). */
-	atomic_store(&p->ack_all, true);
-	vbi_ctx_kick(ctx);
+	 * it. Telling it from the progress context (which owns the receive
+	 * streams; its callers hold node->lock): those ACKs go first in the
+	 * LANE frame's SEND, so it rewinds to what we have before it resends
+	 * (vbi_peer_send_switch). Otherwise the progress thread does it on
+	 * its next pass, after the LANE frame, on the same lane: what it
+	 * resends meanwhile comes twice (dropped by sequence). */
 	if (tell) {
 		uint8_t buf[VBI_WIRE_HDR_LEN];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
+		bool inline_acks = vbi_in_progress_round();
+		int rc;
 
 		vbi_wire_put(buf, &h);
-		if (vbi_lane_send_ctrl(s, buf, sizeof(buf)))
+		if (!inline_acks)
+			atomic_store(&p->ack_all, true);
+		rc = inline_acks ? ctx->up->peer_send_switch(p, s, buf, sizeof(buf))
+				 : vbi_lane_send_ctrl(s, buf, sizeof(buf));
+		if (rc) {
+			atomic_store(&p->ack_all, true);
 			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
 				 vbi_errmsg());
+		}
+	} else {
+		atomic_store(&p->ack_all, true);
 	}
+	vbi_ctx_kick(ctx);
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;
 	vbi_ctx_quiet(ctx, now);

@@ -90,6 +90,12 @@ struct vbi_upcalls {
 	/* A lane switch: acknowledge every stream from @p again (urgent).
 	 * p->txlock held. vbi_sub_peer_ack_all (proto/sub.c). */
 	void (*peer_ack_all)(struct vb_node *node, struct vbi_peer *p);
+	/* A switch this end starts, from the progress context: the ACKs of
+	 * every stream from @p and then @tail (the LANE frame) in one SEND
+	 * on @l. node->lock (read) and p->txlock held.
+	 * vbi_peer_send_switch (proto/peer_frames.c). */
+	int (*peer_send_switch)(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
+				uint32_t tail_len);
 	/* Send a standalone ACK on active lane @l (its HELLO received) if one
 	 * is due (the protocol decides: urgent streams, slots to return,
 	 * messages unacknowledged, idle time), built in @buf of @cap bytes.

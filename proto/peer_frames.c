@@ -331,6 +331,29 @@ bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
 	return vbi_ack_rides(&o, o.streams ? vbi_now_ms() : 0);
 }
 
+int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
+			 uint32_t tail_len)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN * 9];
+	uint32_t cap = (uint32_t)sizeof(buf), len = 0;
+	struct vbi_rxs *upto = NULL;
+	int rc;
+
+	if (l->max_send < cap)
+		cap = l->max_send;
+	if (tail_len > cap)
+		return -EMSGSIZE;
+	cap -= tail_len;
+	vbi_sub_peer_ack_all(p->node, p);
+	if (cap >= VBI_WIRE_HDR_LEN)
+		len = vbi_peer_build_acks(p, l, buf, cap, &upto);
+	memcpy(buf + len, tail, tail_len);
+	rc = vbi_lane_send_ctrl(l, buf, len + tail_len);
+	if (!rc && len)
+		vbi_peer_acks_sent(p, l, upto);
+	return rc;
+}
+
 /* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
 {

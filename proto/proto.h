@@ -321,6 +321,16 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
+/* A lane switch this end starts (vbi_peer_activate, tell): one SEND on @l
+ * with an ACK of every stream from @p (urgent: the ACKs in flight on the
+ * old lane are lost), then @tail (the LANE frame). The peer applies the
+ * ACKs before the LANE frame rewinds its cursors, so it resends only what
+ * this end lacks. ACKs that do not fit stay owed (urgent). Progress
+ * context, node->lock (read) and p->txlock held (upcall peer_send_switch).
+ * Returns vbi_lane_send_ctrl()'s result, -EMSGSIZE when @tail does not
+ * fit the lane's SEND. */
+int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
+			 uint32_t tail_len);
 /* Whether a DATA SEND to @p on @l carries the ACKs and credits owed now
  * (core/stream.h vbi_ack_rides: coalesced on RC). txlock held. */
 bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l);

@@ -25,6 +25,7 @@ const struct vbi_upcalls vbi_proto_upcalls = {
 	.peer_send_subs = vbi_peer_send_subs,
 	.peer_flush = vbi_peer_flush,
 	.peer_ack_all = vbi_sub_peer_ack_all,
+	.peer_send_switch = vbi_peer_send_switch,
 	.peer_acks = vbi_peer_acks_due,
 	.fanout_flush = vbi_pub_fanout_flush,
 	.slow_check = vbi_pub_slow_check,
