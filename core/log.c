@@ -4,7 +4,10 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/config.h"
@@ -12,20 +15,166 @@
 
 static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
 
+/* ---- deferred output (vbi_log_defer_begin) -------------------------------------------- */
+
+#define LOGQ_LINES 128
+#define LOGQ_LINE 768 /* a formatted line: the 512-byte message and its prefix */
+
+/* The queue: filled by deferring threads, emptied by the log thread (or
+ * vbi_log_flush), all under logq.mu; the write itself is done outside it. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t more;    /* a line was queued: the log thread */
+	pthread_cond_t written; /* the queue emptied: vbi_log_flush */
+	char line[LOGQ_LINES][LOGQ_LINE];
+	unsigned head, n;
+	unsigned writing;       /* lines popped, being written */
+	bool thread;            /* the log thread runs (in this process) */
+	bool atfork;            /* the fork handlers are registered */
+} logq = { .mu = PTHREAD_MUTEX_INITIALIZER,
+	   .more = PTHREAD_COND_INITIALIZER,
+	   .written = PTHREAD_COND_INITIALIZER };
+
+static _Thread_local unsigned defer_depth;
+
+void vbi_log_defer_begin(void)
+{
+	defer_depth++;
+}
+
+void vbi_log_defer_end(void)
+{
+	if (defer_depth)
+		defer_depth--;
+}
+
+static void *log_main(void *arg)
+{
+	char out[LOGQ_LINE];
+
+	(void)arg;
+	pthread_mutex_lock(&logq.mu);
+	for (;;) {
+		while (!logq.n)
+			pthread_cond_wait(&logq.more, &logq.mu);
+		memcpy(out, logq.line[logq.head], sizeof(out));
+		logq.head = (logq.head + 1) % LOGQ_LINES;
+		logq.n--;
+		logq.writing++;
+		pthread_mutex_unlock(&logq.mu);
+		fputs(out, stderr);
+		pthread_mutex_lock(&logq.mu);
+		logq.writing--;
+		if (!logq.n && !logq.writing)
+			pthread_cond_broadcast(&logq.written);
+	}
+	return NULL;
+}
+
+/* fork: the forking thread holds mu across it, so the child's copy is
+ * consistent; the child has no log thread, and its parent's lines are the
+ * parent's to write. */
+static void logq_prepare(void)
+{
+	pthread_mutex_lock(&logq.mu);
+}
+
+static void logq_parent(void)
+{
+	pthread_mutex_unlock(&logq.mu);
+}
+
+static void logq_child(void)
+{
+	logq.head = logq.n = logq.writing = 0;
+	logq.thread = false;
+	pthread_cond_init(&logq.more, NULL);
+	pthread_cond_init(&logq.written, NULL);
+	pthread_mutex_unlock(&logq.mu);
+}
+
+/* Process exit: what is queued goes out, but a stderr that blocks for good
+ * (a pipe nobody reads) does not hold the exit for more than a second. */
+static void logq_exit(void)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 1;
+	pthread_mutex_lock(&logq.mu);
+	while (logq.thread && (logq.n || logq.writing))
+		if (pthread_cond_timedwait(&logq.written, &logq.mu, &dl))
+			break;
+	pthread_mutex_unlock(&logq.mu);
+}
+
+/* Queue @text for the log thread (started here the first time). False
+ * when it cannot take it: the caller writes it itself. logq.mu held. */
+static bool logq_push(const char *text)
+{
+	if (!logq.thread) {
+		pthread_attr_t a;
+		pthread_t t;
+		int rc;
+
+		if (!logq.atfork) {
+			if (pthread_atfork(logq_prepare, logq_parent, logq_child) || atexit(logq_exit))
+				return false;
+			logq.atfork = true;
+		}
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &a, log_main, NULL);
+		pthread_attr_destroy(&a);
+		if (rc)
+			return false;
+		vbi_thread_name(t, "vb-log");
+		logq.thread = true;
+	}
+	if (logq.n == LOGQ_LINES)
+		return false;
+	snprintf(logq.line[(logq.head + logq.n) % LOGQ_LINES], LOGQ_LINE, "%s", text);
+	logq.n++;
+	pthread_cond_signal(&logq.more);
+	return true;
+}
+
+void vbi_log_flush(void)
+{
+	pthread_mutex_lock(&logq.mu);
+	while (logq.thread && (logq.n || logq.writing))
+		pthread_cond_wait(&logq.written, &logq.mu);
+	pthread_mutex_unlock(&logq.mu);
+}
+
 /* The default sink: one line on stderr, with the monotonic time (the same
  * clock in every process of the machine, so the lines of a publisher and a
- * subscriber make one timeline) and the calling thread's name. */
+ * subscriber make one timeline) and the calling thread's name. Written
+ * now, or queued for the log thread when the caller defers its output;
+ * either way in the order they were logged (a line written now waits for
+ * the queued ones: vbi_log_flush). */
 static void stderr_sink(int level, const char *func, int line, const char *msg, void *arg)
 {
+	char text[LOGQ_LINE];
 	struct timespec ts;
 	char thr[16];
+	bool queued = false;
 
 	(void)arg;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	if (pthread_getname_np(pthread_self(), thr, sizeof(thr)))
 		thr[0] = 0;
-	fprintf(stderr, "verbus %ld.%06ld %s %s %s:%d: %s\n", (long)ts.tv_sec,
-		(long)(ts.tv_nsec / 1000), thr, vbi_log_level_name(level), func, line, msg);
+	snprintf(text, sizeof(text), "verbus %ld.%06ld %s %s %s:%d: %s\n", (long)ts.tv_sec,
+		 (long)(ts.tv_nsec / 1000), thr, vbi_log_level_name(level), func, line, msg);
+	if (defer_depth) {
+		pthread_mutex_lock(&logq.mu);
+		queued = logq_push(text);
+		pthread_mutex_unlock(&logq.mu);
+	}
+	if (!queued) {
+		vbi_log_flush();
+		fputs(text, stderr);
+	}
 }
 
 struct log_sink {

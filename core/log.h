@@ -35,6 +35,25 @@ int vbi_log_level(void);
 const char *vbi_log_level_name(int level);
 void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/*
+ * Deferred output, for the threads that must not wait for it (a progress
+ * round: vbi_progress_once). Between vbi_log_defer_begin() and
+ * vbi_log_defer_end() (they nest; per thread), a line for the default sink
+ * is formatted at once (time, thread name) and queued; the library's log
+ * thread ("vb-log", started at the first such line) writes it to stderr.
+ * So a slow stderr (a full pipe, a network file system) never holds the
+ * data path. Nothing is lost: with the queue full, or no log thread, the
+ * line is written by the caller as before; the queue is written out by
+ * vbi_log_flush() (vb_ctx_destroy, process exit). A user sink
+ * (vbi_log_set_sink) is always called by the logging thread itself.
+ * A forked child starts with an empty queue and no log thread (its
+ * parent's queued lines are the parent's to write).
+ */
+void vbi_log_defer_begin(void);
+void vbi_log_defer_end(void);
+/* Wait until every line queued so far is written. Any thread but the log
+ * thread; blocks as long as stderr does. */
+void vbi_log_flush(void);
 /* Name a library thread (what ps, top, perf and the logs' readers see):
  * "vb-progress", "vb-maint" (the node's conductor). Best effort; any thread. */
 void vbi_thread_name(pthread_t t, const char *name);

@@ -351,7 +351,11 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	int n;
 
 	in_round = true;
+	/* what a round logs (a failed connection, a switch) is written by the
+	 * log thread: a slow stderr does not hold the data path */
+	vbi_log_defer_begin();
 	n = progress_round(ctx);
+	vbi_log_defer_end();
 	in_round = outer;
 	return n;
 }

@@ -368,6 +368,7 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 		close(ctx->wake_fd);
 	vbi_statfile_unmap(ctx->statf); /* last: every thread has counted */
 	free(ctx);
+	vbi_log_flush(); /* what its progress rounds logged is out */
 	return 0;
 }
 
