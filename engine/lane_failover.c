@@ -290,6 +290,8 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	 * (vbi_peer_send_switch). Otherwise the progress thread does it on
 	 * its next pass, after the LANE frame, on the same lane: what it
 	 * resends meanwhile comes twice (dropped by sequence). */
+	bool acked = false; /* the ACKs went with the LANE frame */
+
 	if (tell) {
 		uint8_t buf[VBI_WIRE_HDR_LEN];
 		struct vbi_wire_hdr h = { .type = VBI_WT_LANE, .seq = s->id, .epoch = s->epoch };
@@ -297,18 +299,15 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 		int rc;
 
 		vbi_wire_put(buf, &h);
-		if (!inline_acks)
-			atomic_store(&p->ack_all, true);
 		rc = inline_acks ? ctx->up->peer_send_switch(p, s, buf, sizeof(buf))
 				 : vbi_lane_send_ctrl(s, buf, sizeof(buf));
-		if (rc) {
-			atomic_store(&p->ack_all, true);
+		if (rc)
 			vbi_warn("peer '%s': LANE frame on lane %u not sent: %s", p->name, s->id,
 				 vbi_errmsg());
-		}
-	} else {
-		atomic_store(&p->ack_all, true);
+		acked = inline_acks && !rc;
 	}
+	if (!acked) /* txlock held: the progress pass that reads it waits for it */
+		atomic_store(&p->ack_all, true);
 	vbi_ctx_kick(ctx);
 	vbi_path_resume(&p->path, now);
 	p->recover_since_ns = 0;

@@ -331,27 +331,44 @@ bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
 	return vbi_ack_rides(&o, o.streams ? vbi_now_ms() : 0);
 }
 
-int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
-			 uint32_t tail_len)
+/* The ACKs @p owes built into @buf (@cap bytes, at most @l's max_send,
+ * @tail_len of them kept for @tail), then @tail, sent on @l as one SEND;
+ * the ACKs are marked sent once it is posted. -ENODATA with nothing to
+ * send, -EMSGSIZE when @tail does not fit, else vbi_lane_send_ctrl()'s
+ * result. *@more (when not NULL): some ACKs did not fit. txlock held. */
+static int send_acks_then(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
+			  const void *tail, uint32_t tail_len, bool *more)
 {
-	uint8_t buf[VBI_WIRE_HDR_LEN * 9];
-	uint32_t cap = (uint32_t)sizeof(buf), len = 0;
 	struct vbi_rxs *upto = NULL;
+	uint32_t len = 0;
 	int rc;
 
 	if (l->max_send < cap)
 		cap = l->max_send;
 	if (tail_len > cap)
 		return -EMSGSIZE;
-	cap -= tail_len;
-	vbi_sub_peer_ack_all(p->node, p);
-	if (cap >= VBI_WIRE_HDR_LEN)
-		len = vbi_peer_build_acks(p, l, buf, cap, &upto);
-	memcpy(buf + len, tail, tail_len);
-	rc = vbi_lane_send_ctrl(l, buf, len + tail_len);
-	if (!rc && len)
+	if (cap - tail_len >= VBI_WIRE_HDR_LEN)
+		len = vbi_peer_build_acks(p, l, buf, cap - tail_len, &upto);
+	if (!len && !tail_len)
+		return -ENODATA;
+	if (tail_len)
+		memcpy(buf + len, tail, tail_len);
+	if ((rc = vbi_lane_send_ctrl(l, buf, len + tail_len)))
+		return rc;
+	if (len)
 		vbi_peer_acks_sent(p, l, upto);
-	return rc;
+	if (more)
+		*more = upto != NULL;
+	return 0;
+}
+
+int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
+			 uint32_t tail_len)
+{
+	uint8_t buf[VBI_WIRE_HDR_LEN * 9];
+
+	vbi_sub_peer_ack_all(p->node, p);
+	return send_acks_then(p, l, buf, (uint32_t)sizeof(buf), tail, tail_len, NULL);
 }
 
 /* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
@@ -380,20 +397,7 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool *more)
 {
-	struct vbi_rxs *upto;
-	uint32_t len;
-	int rc;
-
-	if (l->max_send < cap)
-		cap = l->max_send;
-	if (!(len = vbi_peer_build_acks(p, l, buf, cap, &upto)))
-		return -ENODATA;
-	if ((rc = vbi_lane_send_ctrl(l, buf, len)))
-		return rc;
-	vbi_peer_acks_sent(p, l, upto);
-	if (more)
-		*more = upto != NULL;
-	return 0;
+	return send_acks_then(p, l, buf, cap, NULL, 0, more);
 }
 
 /*

@@ -88,8 +88,9 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 }
 
 /* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked,
- * when vbi_peer_acks_ride() says they go now), then one BATCH frame with this publisher's next whole messages from @m on
- * (consecutive seqs, the same flags) while they fit, one header for all and
+ * when vbi_peer_acks_ride() says they go now), then one BATCH frame with
+ * this publisher's next whole messages from @m on (consecutive seqs, the
+ * same flags) while they fit, one header for all and
  * 4 bytes each. pub->lock held; dropped. Returns 2 if it posted and the
  * window held nothing more for @pp, 1 if it posted, 0 if nothing fitted,
  * or negative on a post error. */
