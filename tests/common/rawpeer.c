@@ -48,6 +48,7 @@ void raw_open(struct raw *r)
 {
 	struct vbt_dev_attr da = { .ip = vbt_test_ip(), .gid_index = -1 };
 
+	memset(r, 0, sizeof(*r)); /* callers pass it uninitialized (next_area) */
 	r->ops = &vbt_verbs_ops;
 	if (r->ops->dev_open(&da, &r->dev))
 		fail_msg("raw dev_open: %s", vb_errmsg());
