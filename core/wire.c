@@ -14,6 +14,7 @@ static const char *const err_names[VBI_WE__COUNT] = {
 	[VBI_WE_OVERSIZED] = "message length above limit",
 	[VBI_WE_FRAGMENT] = "inconsistent fragment fields",
 	[VBI_WE_RECORD] = "BATCH record does not fit its frame",
+	[VBI_WE_CONTEXT] = "compact BATCH with no stream before it on the connection",
 };
 
 const char *vbi_wire_err_name(enum vbi_wire_err e)
@@ -54,6 +55,15 @@ void vbi_wire_put(void *buf, const struct vbi_wire_hdr *h)
 	put64(p + OFF_SEQ, h->seq);
 	put32(p + OFF_FRAG_OFF, h->frag_off);
 	put32(p + OFF_MSG_LEN, h->msg_len);
+}
+
+void vbi_wire_cput(void *buf, uint16_t flags)
+{
+	uint8_t *p = buf;
+
+	put16(p, VBI_WIRE_CMAGIC);
+	p[2] = (uint8_t)(flags & (VBI_WF_ACK_REQ | VBI_WF_RETRANS));
+	p[3] = 0;
 }
 
 size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
+static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return le16toh(v); }
 static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
 static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
 static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
@@ -19,6 +20,20 @@ void vbi_wire_walk_init(struct vbi_wire_walk *w, const void *buf, uint32_t len, 
 	w->max_msg = max_msg;
 }
 
+void vbi_wire_walk_bctx(struct vbi_wire_walk *w, struct vbi_wire_bctx *bctx)
+{
+	w->bctx = bctx;
+}
+
+/* The walk stops at error @e: sticky, and the stream context is no longer
+ * trusted (what a compact BATCH after this would continue is unknown). */
+static int walk_fail(struct vbi_wire_walk *w, int e)
+{
+	if (w->bctx)
+		w->bctx->next_seq = 0;
+	return w->err = e;
+}
+
 /* The next record of the BATCH frame the walk is in. */
 static int batch_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl)
 {
@@ -26,16 +41,18 @@ static int batch_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uin
 	size_t rs;
 
 	if (w->rec_left < VBI_WIRE_REC_HDR)
-		return w->err = -VBI_WE_RECORD;
+		return walk_fail(w, -VBI_WE_RECORD);
 	rlen = get32(w->rec);
 	rs = vbi_wire_rec_size(rlen);
 	/* the last record may omit its padding */
 	if (rlen > w->rec_left - VBI_WIRE_REC_HDR ||
 	    rlen > (w->max_msg && w->max_msg < VBI_WIRE_MAX_MSG ? w->max_msg : VBI_WIRE_MAX_MSG))
-		return w->err = -VBI_WE_RECORD;
+		return walk_fail(w, -VBI_WE_RECORD);
 	*h = w->batch;
 	h->type = VBI_WT_DATA;
 	h->seq = w->batch.seq + w->rec_i;
+	if (w->compact && (h->seq < w->batch.seq || h->seq == UINT64_MAX))
+		return walk_fail(w, -VBI_WE_RECORD); /* a sequence past the last valid one */
 	h->len = h->msg_len = rlen;
 	h->frag_off = 0;
 	*pl = w->rec + VBI_WIRE_REC_HDR;
@@ -44,10 +61,45 @@ static int batch_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uin
 	w->rec += rs;
 	w->rec_left -= (uint32_t)rs;
 	w->rec_i++;
-	if (!--w->recs_left && w->rec_left >= VBI_WIRE_REC_HDR)
-		return w->err = -VBI_WE_RECORD; /* bytes left over: records do not fill it */
+	if (w->compact) { /* records to the end of the buffer */
+		if (!w->rec_left)
+			w->recs_left = 0;
+		else if (w->rec_left < VBI_WIRE_REC_HDR)
+			return walk_fail(w, -VBI_WE_RECORD);
+	} else if (!--w->recs_left && w->rec_left >= VBI_WIRE_REC_HDR) {
+		return walk_fail(w, -VBI_WE_RECORD); /* bytes left over: records do not fill it */
+	}
+	if (w->bctx)
+		w->bctx->next_seq = h->seq + 1;
 	w->from_batch = true;
 	return 1;
+}
+
+/* A compact BATCH at w->off: it continues the stream context and runs to
+ * the end of the buffer. */
+static int compact_begin(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl)
+{
+	const uint8_t *p = w->buf + w->off;
+	uint32_t avail = w->len - w->off;
+
+	if (!w->bctx || !w->bctx->next_seq)
+		return walk_fail(w, -VBI_WE_CONTEXT);
+	if (avail < VBI_WIRE_CHDR_LEN + VBI_WIRE_REC_HDR)
+		return walk_fail(w, -VBI_WE_TRUNCATED);
+	if ((p[2] & ~(VBI_WF_ACK_REQ | VBI_WF_RETRANS)) || p[3])
+		return walk_fail(w, -VBI_WE_FLAGS);
+	w->batch = (struct vbi_wire_hdr){ .type = VBI_WT_BATCH,
+					  .flags = (uint16_t)(VBI_WF_FIRST | VBI_WF_LAST | p[2]),
+					  .session = w->bctx->session, .topic = w->bctx->topic,
+					  .epoch = w->bctx->epoch, .seq = w->bctx->next_seq,
+					  .len = avail - VBI_WIRE_CHDR_LEN };
+	w->rec = p + VBI_WIRE_CHDR_LEN;
+	w->rec_left = avail - VBI_WIRE_CHDR_LEN;
+	w->recs_left = UINT32_MAX; /* until the end (batch_next) */
+	w->rec_i = 0;
+	w->compact = true;
+	w->off = w->len;
+	return batch_next(w, h, pl);
 }
 
 int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl)
@@ -61,11 +113,11 @@ int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const ui
 		return batch_next(w, h, pl);
 	if (w->off >= w->len)
 		return 0;
+	if (w->len - w->off >= 2 && get16(w->buf + w->off) == VBI_WIRE_CMAGIC)
+		return compact_begin(w, h, pl);
 	r = vbi_wire_parse(w->buf + w->off, w->len - w->off, w->max_msg, h);
-	if (r < 0) {
-		w->err = (int)r;
-		return w->err;
-	}
+	if (r < 0)
+		return walk_fail(w, (int)r);
 	*pl = w->buf + w->off + VBI_WIRE_HDR_LEN;
 	w->off += (uint32_t)r;
 	if (h->type == VBI_WT_BATCH) {
@@ -74,6 +126,10 @@ int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const ui
 		w->rec_left = h->len;
 		w->recs_left = h->msg_len;
 		w->rec_i = 0;
+		w->compact = false;
+		if (w->bctx)
+			*w->bctx = (struct vbi_wire_bctx){ .session = h->session, .topic = h->topic,
+							   .epoch = h->epoch, .next_seq = h->seq };
 		return batch_next(w, h, pl);
 	}
 	return 1;

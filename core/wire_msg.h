@@ -42,11 +42,20 @@ struct vbi_wire_walk {
 	const uint8_t *rec;
 	uint32_t rec_left, recs_left, rec_i;
 	bool from_batch;  /* the frame just returned is a BATCH record */
+	bool compact;     /* the BATCH being walked is a compact one */
+	struct vbi_wire_bctx *bctx; /* the connection's stream context, or NULL */
 };
 
 /* Walk the @len bytes at @buf (borrowed, not copied). */
 void vbi_wire_walk_init(struct vbi_wire_walk *w, const void *buf, uint32_t len,
 			uint32_t max_msg);
+
+/* Walk with @bctx, the stream context of the RC connection the bytes came
+ * from (borrowed; the caller owns it across the connection's SENDs, in
+ * their order): every BATCH and compact BATCH record walked sets it, a
+ * compact BATCH continues it, a walk error clears it. Without one (UC,
+ * UD, or not called) a compact BATCH is refused (VBI_WE_CONTEXT). */
+void vbi_wire_walk_bctx(struct vbi_wire_walk *w, struct vbi_wire_bctx *bctx);
 
 /*
  * The next frame: returns 1 and fills *@h and *@pl (its payload: h->len
@@ -59,7 +68,9 @@ void vbi_wire_walk_init(struct vbi_wire_walk *w, const void *buf, uint32_t len,
  * other flags, the batch's session, topic and epoch, seq = the batch's seq
  * + its index, len = msg_len = the record's length), with w->from_batch
  * set; a bad record is the batch's error (VBI_WE_RECORD) and w->off stays
- * past the batch, which ends the walk like any other error.
+ * past the batch, which ends the walk like any other error. A compact
+ * BATCH (w->compact) is returned the same way, its w->batch filled from
+ * the stream context (msg_len 0: its count is the records to the end).
  */
 int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl);
 

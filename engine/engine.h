@@ -168,6 +168,10 @@ struct vbi_lane {
 	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
 	struct vbi_sring sr;
+	/* The stream a compact BATCH continues (core/wire.h), RC only: what
+	 * the last BATCH we posted here carried (under *lk, as the posts),
+	 * and what the last one we received did (progress thread). */
+	struct vbi_wire_bctx tx_bctx, rx_bctx;
 	/* Credits. sends_total is written by the posters (under *lk), read
 	 * by the progress thread without it (on_ack); returned_total is
 	 * written by the progress thread alone (ACKs, the credit resync), no

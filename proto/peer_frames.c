@@ -176,17 +176,16 @@ static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
 	vbi_pub_on_ack(p->node, p, h);
 }
 
-/* Parse every frame of a received buffer; a bad header drops the rest of
- * the buffer (frame boundaries after it cannot be trusted). */
-void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len)
+/* The frames of @w, each handled as it comes; a bad header, a refusal or a
+ * BYE ends the walk early. */
+static void dispatch_walk(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_wire_walk *w,
+			  const uint8_t *buf, uint32_t len)
 {
-	struct vbi_wire_walk w;
 	struct vbi_wire_hdr h;
 	const uint8_t *pl;
 	int r;
 
-	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
-	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
+	while ((r = vbi_wire_walk_next(w, &h, &pl)) != 0) {
 		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
 
 		if (r < 0) {
@@ -194,10 +193,10 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			if (r == -VBI_WE_VERSION) /* a peer of another release */
 				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
 					  "frame dropped: the peer speaks wire version %u, this "
-					  "node %u", buf[w.off + 2], VBI_WIRE_VERSION);
+					  "node %u", buf[w->off + 2], VBI_WIRE_VERSION);
 			else
 				vbi_event(ctx, VB_EV_PROTOCOL, p ? p->name : "",
-					  "frame at offset %u of %u dropped: %s", w.off, len,
+					  "frame at offset %u of %u dropped: %s", w->off, len,
 					  vbi_wire_err_name((enum vbi_wire_err)-r));
 			return;
 		}
@@ -207,7 +206,7 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			else
 				vbi_hello_auth_on_frame(l, &h, pl);
 			if (vbi_hello_auth_refusal(l))
-				return; /* refused: nothing after it is looked at */
+					return; /* refused: nothing after it is looked at */
 			continue;
 		}
 		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
@@ -259,6 +258,22 @@ void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *
 			break;
 		}
 	}
+}
+
+/* Parse every frame of a received buffer; a bad header drops the rest of
+ * the buffer (frame boundaries after it cannot be trusted). On RC the
+ * lane's stream context goes with the walk (compact BATCHes continue it);
+ * a walk that stopped before the end leaves it unknown. */
+void vbi_dispatch_frames(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf, uint32_t len)
+{
+	struct vbi_wire_walk w;
+
+	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	if (l->mode == VB_QPT_RC) /* in order, nothing lost */
+		vbi_wire_walk_bctx(&w, &l->rx_bctx);
+	dispatch_walk(ctx, l, &w, buf, len);
+	if (w.bctx && (w.off < len || w.recs_left))
+		w.bctx->next_seq = 0; /* frames not walked may have moved it */
 }
 
 /*

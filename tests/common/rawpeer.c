@@ -87,6 +87,7 @@ void raw_qp(struct raw *r, struct rawqp *q, enum vb_qp_type type)
 	memset(q, 0, sizeof(*q));
 	q->r = r;
 	q->ud = type == VB_QPT_UD;
+	q->rc = type == VB_QPT_RC;
 	q->slots = raw_area(r, (RAW_SLOTS + 1) * RAW_SLOT);
 	q->sbuf = q->slots + (size_t)RAW_SLOTS * RAW_SLOT;
 	assert_int_equal(r->ops->cq_create(r->dev, &ca, &q->cq), 0);
@@ -113,6 +114,8 @@ static void raw_parse(struct rawqp *q, const uint8_t *buf, uint32_t len)
 
 	/* the library's walk: BATCH frames come out as DATA, record by record */
 	vbi_wire_walk_init(&w, buf, len, 0);
+	if (q->rc)
+		vbi_wire_walk_bctx(&w, &q->bctx);
 	while ((n = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (n < 0)
 			fail_msg("the victim sent a malformed frame: %s",

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/wire.h"
 #include "transport/transport.h"
 
 /* HELLO payload as proto/lane_hello.c lays it out (little-endian, version 3,
@@ -48,6 +49,8 @@ struct rawqp {
 	uint8_t *slots;        /* RAW_SLOTS x RAW_SLOT */
 	uint8_t *sbuf;         /* RAW_SLOT send buffer */
 	bool ud;
+	bool rc;
+	struct vbi_wire_bctx bctx; /* RC: the stream a compact BATCH continues */
 	/* learnt from what the victim sent */
 	bool got_hello;
 	struct vbt_peer victim_ud;

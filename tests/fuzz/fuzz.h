@@ -45,18 +45,27 @@ static inline int fuzz_walk(const uint8_t *buf, uint32_t len, fuzz_frame_fn fn, 
 	struct vbi_wire_hdr h;
 	const uint8_t *pl;
 	uint32_t prev = 0;
+	/* the stream context of an RC connection: a compact BATCH continues
+	 * the BATCH before it in the input (the library attaches it on RC) */
+	struct vbi_wire_bctx bctx = { 0 };
 	int r;
 
 	vbi_wire_walk_init(&w, buf, len, FUZZ_MAX_MSG);
+	vbi_wire_walk_bctx(&w, &bctx);
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
 		if (w.from_batch) {
 			/* a record of the BATCH frame that ends at w.off: inside it,
-			 * a whole message with the batch's next seq */
-			FUZZ_CHECK(pl >= buf + VBI_WIRE_HDR_LEN + VBI_WIRE_REC_HDR &&
+			 * a whole message with the batch's next seq; a compact
+			 * one continues the context, which now points past it */
+			FUZZ_CHECK(pl >= buf + (w.compact ? VBI_WIRE_CHDR_LEN : VBI_WIRE_HDR_LEN) +
+						   VBI_WIRE_REC_HDR &&
 				   pl + h.len <= buf + w.off && w.off <= len);
 			FUZZ_CHECK(h.type == VBI_WT_DATA && h.frag_off == 0 && h.len == h.msg_len);
 			FUZZ_CHECK(h.seq == w.batch.seq + w.rec_i - 1 && h.seq != 0 &&
 				   h.seq != UINT64_MAX);
+			FUZZ_CHECK(bctx.next_seq == h.seq + 1 && bctx.session == h.session &&
+				   bctx.topic == h.topic && bctx.epoch == h.epoch);
+			FUZZ_CHECK(!w.compact || w.off == len);
 			FUZZ_CHECK(h.msg_len <= FUZZ_MAX_MSG);
 		} else {
 			FUZZ_CHECK(pl == buf + prev + VBI_WIRE_HDR_LEN);
@@ -78,6 +87,7 @@ static inline int fuzz_walk(const uint8_t *buf, uint32_t len, fuzz_frame_fn fn, 
 		 * record leaves the walk past its BATCH frame) */
 		FUZZ_CHECK(w.off == prev || (r == -VBI_WE_RECORD && w.off >= prev));
 		FUZZ_CHECK(vbi_wire_walk_next(&w, &h, &pl) == r);
+		FUZZ_CHECK(bctx.next_seq == 0); /* an error leaves no context to continue */
 	} else {
 		FUZZ_CHECK(w.off >= len);
 	}

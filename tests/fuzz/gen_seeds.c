@@ -112,6 +112,18 @@ static void batch(struct seed *s, uint32_t session, uint64_t seq, const char *ms
 	pad(s);
 }
 
+/* A compact BATCH of @n records (the SEND's last frame: it runs to the end):
+ * it continues the BATCH before it in the same input. */
+static void cbatch(struct seed *s, const char *msg, unsigned n)
+{
+	uint32_t off = VBI_WIRE_CHDR_LEN;
+
+	vbi_wire_cput(s->b + s->n, VBI_WF_ACK_REQ);
+	for (unsigned i = 0; i < n; i++)
+		off += (uint32_t)vbi_wire_rec_put(s->b + s->n + off, msg, 2 * i + 3);
+	s->n += off;
+}
+
 static void ctl(struct seed *s, uint8_t type, uint32_t session, uint64_t seq, uint32_t epoch,
 		uint32_t frag_off, uint32_t msg_len)
 {
@@ -230,6 +242,11 @@ int main(int argc, char **argv)
 		RESET(s);
 		batch(&s, 0xa1, 2, MSG, 3);
 		emit("frames", "batchframe", &s);
+		RESET(s);
+		batch(&s, 0xa1, 2, MSG, 2);
+		ctl(&s, VBI_WT_ACK, 0xa1, 1, 1, 4, 0);
+		cbatch(&s, MSG, 3);
+		emit("frames", "compact", &s);
 		RESET(s);
 		ctl(&s, VBI_WT_ACK, 0xa1, 1, 1, 4, 0);
 		emit("frames", "ack", &s);

@@ -12,7 +12,8 @@
  * amount, and checks the VB_EV_PROTOCOL events reported with it:
  *   bad magic, bad version, unknown type, unknown flags, reserved bits,
  *   an empty SEND, a runt SEND, len beyond the bytes received (also an overflowing len),
- *   msg_len above max_msg, inconsistent fragment fields (offset past the
+ *   msg_len above max_msg, a compact BATCH with no BATCH before it,
+ *   inconsistent fragment fields (offset past the
  *   end, FIRST/LAST wrong, seq 0, flags on a control frame), a good frame
  *   followed by a bad one, stray fragments of an ORDERED message, a repeated
  *   HELLO, malformed SUBs, an ACK for a sequence never sent, an ACK
@@ -406,6 +407,17 @@ static void rc_header_garbage(struct rawqp *a)
 		put32le(b + VBI_WIRE_HDR_LEN, 4);     /* 8 bytes of record, 8 left over */
 		raw_send(a, b, sizeof(b), NULL, NULL);
 		expect("BATCH record leaves 8 bytes over", 1, 1, 0);
+	}
+	{
+		uint8_t b[VBI_WIRE_CHDR_LEN + 4 + 64];
+
+		/* a compact BATCH continues the BATCH before it on the
+		 * connection: the bad ones above left none to continue */
+		vbi_wire_cput(b, 0);
+		put32le(b + VBI_WIRE_CHDR_LEN, 64);
+		memset(b + VBI_WIRE_CHDR_LEN + 4, 0x22, 64);
+		raw_send(a, b, sizeof(b), NULL, NULL);
+		expect("compact BATCH with no stream to continue", 1, 1, 0);
 	}
 
 	/* a harmless frame, then garbage: the garbage still counts once */

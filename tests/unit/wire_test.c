@@ -111,7 +111,7 @@ static void test_each_rule(void **state)
 static uint32_t batch_build(uint8_t *buf, struct vbi_wire_hdr *h, const uint32_t *lens,
 			    unsigned n, uint32_t count)
 {
-	uint8_t pl[64];
+	uint8_t pl[64] = { 0 };
 	uint32_t off = VBI_WIRE_HDR_LEN;
 
 	for (unsigned i = 0; i < n; i++) {
@@ -304,6 +304,126 @@ static void test_hostile_input(void **state)
 /* LANE rules (docs/wire.md "Rules"), on the accepting side: a probe lane 2
  * of a peer whose highest lane so far is 4 (a standby built after the
  * promotion whose HELLO came first). */
+/* A compact BATCH of @n records of lengths @lens (payload byte k of record
+ * i is @first + i + k) at @buf with @flags. Returns the bytes used. */
+static uint32_t cbatch_build(uint8_t *buf, uint16_t flags, const uint32_t *lens, unsigned n,
+			     unsigned first)
+{
+	uint8_t pl[64] = { 0 };
+	uint32_t off = VBI_WIRE_CHDR_LEN;
+
+	vbi_wire_cput(buf, flags);
+	for (unsigned i = 0; i < n; i++) {
+		for (uint32_t k = 0; k < lens[i]; k++)
+			pl[k] = (uint8_t)(first + i + k);
+		off += (uint32_t)vbi_wire_rec_put(buf + off, pl, lens[i]);
+	}
+	return off;
+}
+
+/* Walk @len bytes at @buf with stream context @bctx; records' payloads are
+ * checked as cbatch_build/batch_build made them, numbered from *@n on. */
+static int walk_ctx(const uint8_t *buf, uint32_t len, struct vbi_wire_bctx *bctx,
+		    struct vbi_wire_hdr *got, unsigned max, unsigned *n)
+{
+	struct vbi_wire_walk w;
+	struct vbi_wire_hdr h;
+	const uint8_t *pl;
+	int r;
+
+	vbi_wire_walk_init(&w, buf, len, 1024);
+	vbi_wire_walk_bctx(&w, bctx);
+	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
+		if (h.type != VBI_WT_DATA)
+			continue;
+		assert_true(w.from_batch);
+		for (uint32_t k = 0; k < h.len; k++)
+			assert_int_equal(pl[k], (uint8_t)(*n + k));
+		if (*n < max)
+			got[*n] = h;
+		(*n)++;
+	}
+	return r;
+}
+
+/* Compact BATCH (wire version 3): it continues the stream of the BATCH
+ * before it on the connection, in the same SEND or a later one; it runs
+ * to the end of the SEND; without a context, after a walk error, or
+ * malformed, it is refused and the context is dropped. */
+static void test_compact(void **state)
+{
+	uint8_t buf[512], buf2[128];
+	struct vbi_wire_hdr h, got[16];
+	struct vbi_wire_bctx bctx = { 0 };
+	const uint32_t l2[] = { 0, 5 }, l3[] = { 8, 1, 64 };
+	unsigned n = 0;
+	uint32_t len, len2;
+
+	(void)state;
+	/* BATCH (seq 100, 101), an ACK, then a compact BATCH (102..104) */
+	len = batch_build(buf, &h, l2, 2, 2);
+	len = (uint32_t)vbi_wire_frame_size(h.len);
+	memset(buf + VBI_WIRE_HDR_LEN + h.len, 0, len - VBI_WIRE_HDR_LEN - h.len);
+	vbi_wire_put(buf + len, &(struct vbi_wire_hdr){ .type = VBI_WT_ACK, .seq = 7 });
+	len += VBI_WIRE_HDR_LEN;
+	len += cbatch_build(buf + len, VBI_WF_RETRANS, l3, 3, 2);
+	assert_int_equal(walk_ctx(buf, len, &bctx, got, 16, &n), 0);
+	assert_int_equal(n, 5);
+	for (unsigned i = 0; i < 5; i++) {
+		assert_int_equal(got[i].seq, 100 + i);
+		assert_int_equal(got[i].session, 9);
+		assert_int_equal(got[i].topic, 4);
+		assert_int_equal(got[i].epoch, 2);
+		assert_int_equal(got[i].flags, VBI_WF_FIRST | VBI_WF_LAST |
+					       (i < 2 ? VBI_WF_ACK_REQ : VBI_WF_RETRANS));
+	}
+	assert_int_equal(got[4].len, 64);
+	assert_int_equal(bctx.next_seq, 105);
+	/* the next SEND: a compact BATCH alone continues at 105 */
+	len2 = cbatch_build(buf2, 0, l3, 1, 5);
+	assert_int_equal(walk_ctx(buf2, len2, &bctx, got, 16, &n), 0);
+	assert_int_equal(n, 6);
+	assert_int_equal(got[5].seq, 105);
+	assert_int_equal(got[5].session, 9);
+	assert_int_equal(bctx.next_seq, 106);
+	/* no context: refused (UC, UD, or nothing walked before) */
+	n = 0;
+	assert_int_equal(walk_all(buf2, len2, got, 16, &n), -VBI_WE_CONTEXT);
+	assert_int_equal(n, 0);
+	{
+		struct vbi_wire_bctx none = { 0 };
+
+		assert_int_equal(walk_ctx(buf2, len2, &none, got, 16, &n), -VBI_WE_CONTEXT);
+		assert_int_equal(n, 0);
+	}
+	/* bytes after its last record that are not a record: refused, and
+	 * the context is gone (so is every compact BATCH after it) */
+	memset(buf2 + len2, 0, 3);
+	n = 5;
+	assert_int_equal(walk_ctx(buf2, len2 + 3, &bctx, got, 16, &n), -VBI_WE_RECORD);
+	assert_int_equal(n, 5); /* refused at the record they follow, as in BATCH */
+	assert_int_equal(bctx.next_seq, 0);
+	n = 5;
+	assert_int_equal(walk_ctx(buf2, len2, &bctx, got, 16, &n), -VBI_WE_CONTEXT);
+	/* a header with no record, unknown flags, a reserved byte */
+	bctx = (struct vbi_wire_bctx){ .session = 1, .topic = 2, .epoch = 3, .next_seq = 10 };
+	n = 5;
+	assert_int_equal(walk_ctx(buf2, VBI_WIRE_CHDR_LEN, &bctx, got, 16, &n), -VBI_WE_TRUNCATED);
+	bctx.next_seq = 10;
+	buf2[2] = VBI_WF_FIRST;
+	assert_int_equal(walk_ctx(buf2, len2, &bctx, got, 16, &n), -VBI_WE_FLAGS);
+	bctx.next_seq = 10;
+	buf2[2] = 0;
+	buf2[3] = 1;
+	assert_int_equal(walk_ctx(buf2, len2, &bctx, got, 16, &n), -VBI_WE_FLAGS);
+	/* a sequence that would reach 2^64 - 1 */
+	buf2[3] = 0;
+	bctx.next_seq = UINT64_MAX;
+	assert_int_equal(walk_ctx(buf2, len2, &bctx, got, 16, &n), -VBI_WE_RECORD);
+	assert_string_equal(vbi_wire_err_name(VBI_WE_CONTEXT),
+			    "compact BATCH with no stream before it on the connection");
+}
+
 static void test_lane_renumber(void **state)
 {
 	struct vbi_wire_lanes st = { .max_lane_id = 4, .epoch_rx = 5 };
@@ -348,6 +468,7 @@ int main(void)
 		cmocka_unit_test(test_len_overflow_is_truncated_not_trusted),
 		cmocka_unit_test(test_hostile_input),
 		cmocka_unit_test(test_batch),
+		cmocka_unit_test(test_compact),
 		cmocka_unit_test(test_lane_renumber),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -461,6 +461,11 @@ typedef struct vb_stats {
 	 * recycled (docs/lifecycle.md) */
 	uint64_t lanes_drained;      /* retired lanes whose flushes all came back */
 	uint64_t drain_last_ns, drain_max_ns; /* retirement -> drained */
+	/* wire (appended) */
+	uint64_t compact_batches;    /* ORDERED batches sent as compact BATCH
+				      * frames (RC: a 4-byte header where the
+				      * batch continues the stream of the one
+				      * before on its connection; docs/wire.md) */
 } vb_stats_t;
 
 /**
