@@ -126,17 +126,21 @@ static uint32_t batch_build(uint8_t *buf, struct vbi_wire_hdr *h, const uint32_t
 	return off;
 }
 
-static int walk_all(const uint8_t *buf, uint32_t len, struct vbi_wire_hdr *got, unsigned max,
-		    unsigned *n)
+/* Walk @len bytes at @buf with stream context @bctx; records' payloads are
+ * checked as cbatch_build/batch_build made them, numbered from *@n on. */
+static int walk_ctx(const uint8_t *buf, uint32_t len, struct vbi_wire_bctx *bctx,
+		    struct vbi_wire_hdr *got, unsigned max, unsigned *n)
 {
 	struct vbi_wire_walk w;
 	struct vbi_wire_hdr h;
 	const uint8_t *pl;
 	int r;
 
-	*n = 0;
 	vbi_wire_walk_init(&w, buf, len, 1024);
+	vbi_wire_walk_bctx(&w, bctx);
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
+		if (h.type != VBI_WT_DATA)
+			continue;
 		assert_true(w.from_batch);
 		for (uint32_t k = 0; k < h.len; k++)
 			assert_int_equal(pl[k], (uint8_t)(*n + k));
@@ -145,6 +149,14 @@ static int walk_all(const uint8_t *buf, uint32_t len, struct vbi_wire_hdr *got, 
 		(*n)++;
 	}
 	return r;
+}
+
+/* The same without a stream context, counting from 0. */
+static int walk_all(const uint8_t *buf, uint32_t len, struct vbi_wire_hdr *got, unsigned max,
+		    unsigned *n)
+{
+	*n = 0;
+	return walk_ctx(buf, len, NULL, got, max, n);
 }
 
 static void test_batch(void **state)
@@ -319,31 +331,6 @@ static uint32_t cbatch_build(uint8_t *buf, uint16_t flags, const uint32_t *lens,
 		off += (uint32_t)vbi_wire_rec_put(buf + off, pl, lens[i]);
 	}
 	return off;
-}
-
-/* Walk @len bytes at @buf with stream context @bctx; records' payloads are
- * checked as cbatch_build/batch_build made them, numbered from *@n on. */
-static int walk_ctx(const uint8_t *buf, uint32_t len, struct vbi_wire_bctx *bctx,
-		    struct vbi_wire_hdr *got, unsigned max, unsigned *n)
-{
-	struct vbi_wire_walk w;
-	struct vbi_wire_hdr h;
-	const uint8_t *pl;
-	int r;
-
-	vbi_wire_walk_init(&w, buf, len, 1024);
-	vbi_wire_walk_bctx(&w, bctx);
-	while ((r = vbi_wire_walk_next(&w, &h, &pl)) > 0) {
-		if (h.type != VBI_WT_DATA)
-			continue;
-		assert_true(w.from_batch);
-		for (uint32_t k = 0; k < h.len; k++)
-			assert_int_equal(pl[k], (uint8_t)(*n + k));
-		if (*n < max)
-			got[*n] = h;
-		(*n)++;
-	}
-	return r;
 }
 
 /* Compact BATCH (wire version 3): it continues the stream of the BATCH
