@@ -181,7 +181,8 @@ static void run_one(struct vb_ctx *ctx, const struct vbi_cb *e)
 			if (e->r && !e->sub->streams_freed && e->r->session == e->msg.publisher)
 				vbi_sub_delivered(e->r, e->msg.seq, e->ack_req);
 		}
-		free(e->owned);
+		if (e->owned) /* a reassembled message (most point into the receive slot) */
+			free(e->owned);
 		atomic_fetch_sub(&e->sub->cb_pending, 1);
 		break;
 	case VBI_CB_GAP:
