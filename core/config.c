@@ -140,6 +140,10 @@ static const struct vbi_cfg_var table[] = {
 	ROW(RTO_MS, .type = VBI_CFG_MS, .dflt = "100", .min = 1, .max = 60000,
 	    .field = "(internal) the UC/UD lanes' timers",
 	    .doc = "retransmission timeout of UC and UD lanes"),
+	ROW(ACK_DELAY_MS, .type = VBI_CFG_MS, .dflt = "2", .min = 1, .max = 60000,
+	    .field = "(internal) RC acknowledgement coalescing",
+	    .doc = "an ORDERED acknowledgement owed this long goes with the next SEND, or alone "
+		   "when the connection is idle (else every 16th delivery)"),
 	ROW(FAILOVER_QUIET_MS, .type = VBI_CFG_MS, .dflt = "50", .min = 0, .max = 10000,
 	    .field = "(internal) the conductor after a switch",
 	    .doc = "after a switch of connection, the conductors leave their other work this long "

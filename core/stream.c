@@ -266,5 +266,5 @@ bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms)
 		return false;
 	if (!o->reliable || o->urgent || o->to_return >= credit_batch)
 		return true;
-	return o->streams && (o->delivered >= VBI_ACK_EVERY || now_ms - o->owed_ms >= VBI_ACK_DELAY_MS);
+	return o->streams && (o->delivered >= VBI_ACK_EVERY || now_ms - o->owed_ms >= o->delay_ms);
 }

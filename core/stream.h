@@ -115,10 +115,11 @@ struct vbi_ack_owed {
 	uint32_t nslots;    /* the lane's receive slots */
 	uint64_t delivered; /* messages delivered since the last ACK went */
 	uint64_t owed_ms;   /* when @streams became true (coarse ms clock) */
+	uint64_t delay_ms;  /* how long one may wait (VERBUS_ACK_DELAY_MS) */
 };
 
 /* An RC lane's ACKs ride every VBI_ACK_EVERY-th delivery, or once one has
- * been owed VBI_ACK_DELAY_MS. */
+ * been owed delay_ms (VERBUS_ACK_DELAY_MS, default VBI_ACK_DELAY_MS). */
 #define VBI_ACK_EVERY 16u
 #define VBI_ACK_DELAY_MS 2u
 
@@ -128,7 +129,7 @@ struct vbi_ack_owed {
  * Over UC/UD every SEND carries them (go-back-N and the publisher's RTO run
  * on them); over RC they are coalesced: they go when urgent, when an eighth
  * of the slots wait to be returned (the sender's credits), every
- * VBI_ACK_EVERY deliveries, or VBI_ACK_DELAY_MS after one became owed. An
+ * VBI_ACK_EVERY deliveries, or @o->delay_ms after one became owed. An
  * ACK on RC only releases the publisher's window, and each one a ping-pong
  * carried cost 40 bytes on the wire and a window release per message.
  * What is held back goes with a later SEND or on its own (the idle and

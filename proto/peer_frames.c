@@ -12,6 +12,7 @@
 
 #include "proto/proto.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -331,6 +332,20 @@ static bool acks_urgent(const struct vbi_peer *p)
 	return false;
 }
 
+/* How long an owed ACK may wait on RC: VERBUS_ACK_DELAY_MS (the table's
+ * default and range; read once). */
+static uint64_t ack_delay_ms(void)
+{
+	static _Atomic uint64_t ms;
+	uint64_t v = atomic_load_explicit(&ms, memory_order_relaxed);
+
+	if (!v) {
+		v = vbi_cfg_ms_ns(VBI_CFG_ACK_DELAY_MS) / 1000000u;
+		atomic_store_explicit(&ms, v, memory_order_relaxed);
+	}
+	return v;
+}
+
 bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
 {
 	struct vbi_ack_owed o = {
@@ -341,6 +356,7 @@ bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
 		.nslots = l->nslots,
 		.delivered = p->delivered_since_ack,
 		.owed_ms = p->ack_owed_ms,
+		.delay_ms = ack_delay_ms(),
 	};
 
 	return vbi_ack_rides(&o, o.streams ? vbi_now_ms() : 0);
@@ -434,7 +450,8 @@ void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 
 	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
 	      (idle && (p->dirty || to_return > 1) &&
-	       vbi_now_ms() - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >= 2);
+	       vbi_now_ms() - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >=
+		       ack_delay_ms());
 	if (due)
 		vbi_peer_send_acks(p, l, buf, cap, NULL);
 }

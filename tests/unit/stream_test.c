@@ -268,7 +268,7 @@ static void test_reassembly(void **state)
 /* When the ACKs a receiver owes ride the next DATA SEND (vbi_ack_rides). */
 static void test_ack_rides(void **state)
 {
-	struct vbi_ack_owed o = { .reliable = true, .nslots = 256 };
+	struct vbi_ack_owed o = { .reliable = true, .nslots = 256, .delay_ms = VBI_ACK_DELAY_MS };
 
 	(void)state;
 	assert_false(vbi_ack_rides(&o, 100)); /* nothing owed */
