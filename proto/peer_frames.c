@@ -207,7 +207,7 @@ static void dispatch_walk(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_wir
 			else
 				vbi_hello_auth_on_frame(l, &h, pl);
 			if (vbi_hello_auth_refusal(l))
-					return; /* refused: nothing after it is looked at */
+				return; /* refused: nothing after it is looked at */
 			continue;
 		}
 		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
