@@ -43,6 +43,10 @@
 #define VBI_REFUSE_MAX VBI_WIRE_REFUSE_MAX
 /* The longest peer authentication key (vb_ctx_attr_t.auth_key; proto/auth.c) */
 #define VBI_AUTH_KEY_MAX 256
+/* The most receive slots a lane holds before posting them again in one
+ * list (struct vbi_lane.held): fewer on a lane with few slots
+ * (vbi_lane_rc_recv). */
+#define VBI_REPOST_BATCH 16u
 
 struct vbi_peer;
 struct vbi_lane;
@@ -192,6 +196,12 @@ struct vbi_lane {
 	struct vbi_slot *slots;  /* the progress context's */
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
+	/* Receive slots consumed and not yet posted again (progress context):
+	 * they go back in one list, off the delivery's path, at the next
+	 * per-peer round or once VBI_REPOST_BATCH wait (vbi_lane_repost_held).
+	 * Neither posted nor returned as credits meanwhile. */
+	struct vbi_slot *held[VBI_REPOST_BATCH];
+	uint32_t nheld;
 	uint64_t created_ns;
 	/* A newer standby's HELLO replaced it (hello_lane_up), 0: not. The
 	 * peer may have switched to it (a LANE on its way, racing that HELLO

@@ -410,15 +410,65 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	ctx->up->cb_flush(ctx);
 	if (atomic_load(&l->draining) || atomic_load(&l->dead))
 		return;
-	if (post_slot(l, slot)) {
+	if (!bound) { /* not on a peer's lanes (no per-peer round): at once */
+		if (post_slot(l, slot)) {
+			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
+						     "receive repost failed" };
+
+			vbi_lane_report(l, v, "receive repost failed");
+			return;
+		}
+		atomic_fetch_add_explicit(&l->to_return, 1, memory_order_relaxed);
+	} else {
+		/* held: posted again by the next per-peer round, which runs
+		 * after this poll's callbacks and the application's next
+		 * step (a ping-pong's answer does not wait for it) */
+		uint32_t batch = l->nslots / 8;
+
+		l->held[l->nheld++] = slot;
+		if (l->nheld >= (batch < 1 ? 1 : batch > VBI_REPOST_BATCH ? VBI_REPOST_BATCH : batch))
+			vbi_lane_repost_held(l);
+	}
+	if (l->peer)
+		atomic_store_explicit(&l->peer->last_rx_ms, vbi_now_ms(), memory_order_relaxed);
+}
+
+/* Post @l's held receive slots again, in one list: the per-peer round
+ * (vbi_peer_after_poll, txlock held), or vbi_lane_rc_recv once enough
+ * wait. Progress context. Each posted slot is a credit to return. A dead
+ * or draining lane's slots are dropped: its drain does not wait for
+ * them (they are not in posted_recvs), and vbi_lane_retire_start sets
+ * those flags under l->lk, so a caller holding it cannot race the drain;
+ * vbi_lane_rc_recv does not hold it, but the completion it handles is
+ * still counted in posted_recvs until it returns. */
+void vbi_lane_repost_held(struct vbi_lane *l)
+{
+	struct vbt_sge sge[VBI_REPOST_BATCH];
+	struct vbt_recv_wr wr[VBI_REPOST_BATCH];
+	const struct vbt_recv_wr *bad = NULL;
+	uint32_t n = l->nheld, size = (uint32_t)l->node->ctx->attr.slot_size, ok;
+	int rc;
+
+	l->nheld = 0;
+	if (!n || atomic_load(&l->draining) || atomic_load(&l->dead))
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		struct vbi_slot *s = l->held[i];
+
+		sge[i] = (struct vbt_sge){ (uintptr_t)s->buf.addr, size, s->buf.lkey };
+		wr[i] = (struct vbt_recv_wr){ .next = i + 1 < n ? &wr[i + 1] : NULL,
+					      .wr_id = (uintptr_t)s, .sg_list = &sge[i],
+					      .num_sge = 1 };
+	}
+	rc = vbt_post_recv(l->qp, wr, &bad);
+	ok = !rc ? n : bad ? (uint32_t)(bad - wr) : 0; /* the ones before @bad went */
+	atomic_fetch_add(&l->posted_recvs, ok);
+	atomic_fetch_add_explicit(&l->to_return, ok, memory_order_relaxed);
+	if (rc) {
 		struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP, "receive repost failed" };
 
 		vbi_lane_report(l, v, "receive repost failed");
-		return;
 	}
-	atomic_fetch_add_explicit(&l->to_return, 1, memory_order_relaxed);
-	if (l->peer)
-		atomic_store_explicit(&l->peer->last_rx_ms, vbi_now_ms(), memory_order_relaxed);
 }
 
 /* ---- retiring ------------------------------------------------------------------------------ */

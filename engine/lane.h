@@ -52,6 +52,10 @@ void vbi_lane_check_timers(struct vbi_peer *p, struct vbi_lane *l, uint64_t now_
  * 100 ms]; read once. */
 uint64_t vbi_rto_ns(void);
 void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
+/* Post @l's held receive slots again (struct vbi_lane.held), in one list.
+ * Progress context; l->lk held unless called from vbi_lane_rc_recv. A
+ * failed post is reported as a QP failure (vbi_lane_report). */
+void vbi_lane_repost_held(struct vbi_lane *l);
 int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);

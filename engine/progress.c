@@ -557,6 +557,19 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 	l->ka_ms = now;
 }
 
+/* The receive slots @p's lanes hold, posted again (vbi_lane_repost_held);
+ * under p->txlock, taken here when @lock. */
+static void repost_held(struct vbi_peer *p, bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&p->txlock);
+	for (struct vbi_lane *o = p->lanes; o; o = o->next)
+		if (o->nheld)
+			vbi_lane_repost_held(o);
+	if (lock)
+		pthread_mutex_unlock(&p->txlock);
+}
+
 /*
  * After each poll: flush queued data first (ACKs ride along in its batches),
  * then a standalone ACK when the protocol says one is due (upcall
@@ -572,8 +585,10 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 	struct vbi_lane *l;
 	bool held;
 
-	if (p->dead || p->closing || !p->up)
+	if (p->dead || p->closing || !p->up) {
+		repost_held(p, true); /* a closing peer still receives */
 		return;
+	}
 	if (p->subs_pending)
 		p->subs_pending = up->peer_send_subs(p, NULL) != 0; /* retried until sent */
 	/* Data corked behind a SEND in flight goes once that SEND completed
@@ -590,6 +605,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 	if (!held && (full || atomic_load(&p->tx_pending)))
 		up->peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
+	repost_held(p, false); /* first: the ACKs below return them */
 	l = vbi_peer_lane(p);
 	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
 	    atomic_exchange(&p->ack_all, false))
