@@ -143,8 +143,8 @@ static const struct vbi_cfg_var table[] = {
 	ROW(ACK_DELAY_MS, .type = VBI_CFG_MS, .dflt = "2", .min = 1, .max = 60000,
 	    .field = "(internal) RC acknowledgement coalescing",
 	    .doc = "an ORDERED acknowledgement owed this long goes with the next SEND, or alone "
-		   "when nothing arrived for that long (keepalives count: keep it below "
-		   "keepalive_ms)"),
+		   "on an idle connection; credits alone go back when nothing arrived for "
+		   "that long"),
 	ROW(FAILOVER_QUIET_MS, .type = VBI_CFG_MS, .dflt = "50", .min = 0, .max = 10000,
 	    .field = "(internal) the conductor after a switch",
 	    .doc = "after a switch of connection, the conductors leave their other work this long "

@@ -435,8 +435,9 @@ int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
  * The per-peer round (vbi_peer_after_poll, engine), active lane @l with
  * its HELLO received: send a standalone ACK only when one is really due:
  * the publisher asked (k-of-n), a quarter of the slots wait to be
- * returned, 256 messages went unacknowledged, or nothing has arrived for
- * 2 ms (@idle: the poll found nothing). A lone credit is not returned on
+ * returned, 256 messages went unacknowledged, or (@idle: the poll found
+ * nothing) an ACK has been owed VERBUS_ACK_DELAY_MS, or credits wait and
+ * nothing has arrived for that long. A lone credit is not returned on
  * its own: the ACK carrying it would consume one of the peer's slots,
  * which it would return the same way (ACK ping-pong). txlock held;
  * node->lock held for reading (so subscribers, whose streams sit on the
@@ -448,10 +449,17 @@ void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 	bool urgent = acks_urgent(p), due;
 	unsigned to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed);
 
-	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256 ||
-	      (idle && (p->dirty || to_return > 1) &&
-	       vbi_now_ms() - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >=
-		       ack_delay_ms());
+	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256;
+	if (!due && idle && (p->dirty || to_return > 1)) {
+		uint64_t now = vbi_now_ms();
+
+		/* an owed ACK: from when it became owed (a keepalive arriving
+		 * is no reason to hold it); credits alone: after that long
+		 * with nothing received (they ride on what comes back) */
+		due = (p->dirty && now - p->ack_owed_ms >= ack_delay_ms()) ||
+		      now - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >=
+			      ack_delay_ms();
+	}
 	if (due)
 		vbi_peer_send_acks(p, l, buf, cap, NULL);
 }
