@@ -43,10 +43,6 @@
 #define VBI_REFUSE_MAX VBI_WIRE_REFUSE_MAX
 /* The longest peer authentication key (vb_ctx_attr_t.auth_key; proto/auth.c) */
 #define VBI_AUTH_KEY_MAX 256
-/* The most receive slots a lane holds before posting them again in one
- * list (struct vbi_lane.held): fewer on a lane with few slots
- * (vbi_lane_rc_recv). */
-#define VBI_REPOST_BATCH 16u
 
 struct vbi_peer;
 struct vbi_lane;
@@ -434,7 +430,12 @@ struct vb_ctx {
 	struct vbi_slot *ud_slots;
 	uint32_t ud_nslots;
 	uint32_t ud_sq_depth;      /* sizing's, at least max_peers + 2 (vb_ctx_create) */
-	uint32_t ud_posted;
+	atomic_uint ud_posted;     /* receives posted (progress; read by vb_node_dump) */
+	/* UD receive slots consumed, not yet posted again (progress): in one
+	 * list at the start of the next round, or once enough wait
+	 * (vbi_ud_repost_held); dropped by vbi_ud_teardown */
+	struct vbi_slot *ud_held[VBI_REPOST_BATCH];
+	uint32_t ud_nheld;
 
 	/* progress */
 	pthread_t thread;

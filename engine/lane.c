@@ -423,10 +423,8 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		/* held: posted again by the next per-peer round, which runs
 		 * after this poll's callbacks and the application's next
 		 * step (a ping-pong's answer does not wait for it) */
-		uint32_t batch = l->nslots / 8;
-
 		l->held[l->nheld++] = slot;
-		if (l->nheld >= (batch < 1 ? 1 : batch > VBI_REPOST_BATCH ? VBI_REPOST_BATCH : batch))
+		if (l->nheld >= vbi_repost_batch(l->nslots))
 			vbi_lane_repost_held(l);
 	}
 	if (l->peer)
@@ -443,25 +441,13 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
  * still counted in posted_recvs until it returns. */
 void vbi_lane_repost_held(struct vbi_lane *l)
 {
-	struct vbt_sge sge[VBI_REPOST_BATCH];
-	struct vbt_recv_wr wr[VBI_REPOST_BATCH];
-	const struct vbt_recv_wr *bad = NULL;
-	uint32_t n = l->nheld, size = (uint32_t)l->node->ctx->attr.slot_size, ok;
+	uint32_t n = l->nheld, ok;
 	int rc;
 
 	l->nheld = 0;
 	if (!n || atomic_load(&l->draining) || atomic_load(&l->dead))
 		return;
-	for (uint32_t i = 0; i < n; i++) {
-		struct vbi_slot *s = l->held[i];
-
-		sge[i] = (struct vbt_sge){ (uintptr_t)s->buf.addr, size, s->buf.lkey };
-		wr[i] = (struct vbt_recv_wr){ .next = i + 1 < n ? &wr[i + 1] : NULL,
-					      .wr_id = (uintptr_t)s, .sg_list = &sge[i],
-					      .num_sge = 1 };
-	}
-	rc = vbt_post_recv(l->qp, wr, &bad);
-	ok = !rc ? n : bad ? (uint32_t)(bad - wr) : 0; /* the ones before @bad went */
+	ok = vbi_slots_post(l->qp, l->held, n, (uint32_t)l->node->ctx->attr.slot_size, &rc);
 	atomic_fetch_add(&l->posted_recvs, ok);
 	atomic_fetch_add_explicit(&l->to_return, ok, memory_order_relaxed);
 	if (rc) {

@@ -97,6 +97,9 @@ struct vbi_mcast_ctx {
 	struct vbi_slot *slots;
 	uint32_t nslots;
 	atomic_uint posted;      /* outstanding receive WRs on qp */
+	/* consumed slots not yet posted again (progress: vbi_mcast_repost_held) */
+	struct vbi_slot *held[VBI_REPOST_BATCH];
+	uint32_t nheld;
 	struct vbi_mcast_grp *groups;
 	struct vbi_mcast_retired *retired;
 };
@@ -206,12 +209,33 @@ static int post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 	return rc;
 }
 
+void vbi_mcast_repost_held(struct vb_ctx *ctx)
+{
+	struct vbi_mcast_ctx *m = ctx->mc;
+	uint32_t n, ok;
+	int rc;
+
+	if (!m || !(n = m->nheld))
+		return;
+	m->nheld = 0;
+	if (!m->qp || atomic_load(&ctx->stop))
+		return;
+	ok = vbi_slots_post(m->qp, m->held, n, VBI_UD_GRH + ctx->ud_mtu, &rc);
+	atomic_fetch_add(&m->posted, ok);
+	if (rc)
+		vbi_warn("multicast receive repost failed (%u of %u slots lost): %s", n - ok, n,
+			 vbi_errmsg());
+}
+
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 {
+	struct vbi_mcast_ctx *m = ctx->mc;
+
 	if (atomic_load(&ctx->stop))
 		return;
-	if (post_slot(ctx, s))
-		vbi_warn("multicast receive repost failed: %s", vbi_errmsg());
+	m->held[m->nheld++] = s; /* the next round's start posts it */
+	if (m->nheld >= vbi_repost_batch(m->nslots))
+		vbi_mcast_repost_held(ctx);
 }
 
 void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc)
@@ -276,6 +300,7 @@ static void qp_close(struct vb_ctx *ctx)
 	if (ctx->ops->qp_destroy(m->qp))
 		vbi_warn("multicast QP: %s", vbi_errmsg());
 	m->qp = NULL;
+	m->nheld = 0; /* they are m->slots */
 	vbi_slots_free(ctx->pool, m->slots, m->nslots);
 	m->slots = NULL;
 }
@@ -331,6 +356,18 @@ void vbi_mcast_ctx_fini(struct vb_ctx *ctx)
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 	ctx->mc = NULL;
+}
+
+void vbi_mcast_dump(struct vb_ctx *ctx, FILE *f)
+{
+	struct vbi_mcast_ctx *m = ctx->mc;
+
+	if (!m || pthread_mutex_trylock(&m->lock))
+		return; /* none, or a join is running (it may block for a while) */
+	if (m->qp)
+		fprintf(f, "  FANOUT multicast UD QP %u recvs %u/%u\n", m->qp->qpn,
+			atomic_load(&m->posted), m->nslots);
+	pthread_mutex_unlock(&m->lock);
 }
 
 bool vbi_mcast_uses_dev(struct vb_ctx *ctx)

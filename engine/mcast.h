@@ -11,6 +11,7 @@
 #define VERBUS_ENGINE_MCAST_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include <verbus/verbus.h>
@@ -28,8 +29,14 @@ void vbi_mcast_ctx_fini(struct vb_ctx *ctx);
 /* Progress context: the multicast QP, a membership or a retired one still
  * holds the primary device (or it cannot tell now): true. */
 bool vbi_mcast_uses_dev(struct vb_ctx *ctx);
+/* The multicast QP's receive slots posted, a line to @f (vb_node_dump);
+ * nothing while a join holds mc->lock. Any thread. */
+void vbi_mcast_dump(struct vb_ctx *ctx, FILE *f);
 void vbi_mcast_recv(struct vb_ctx *ctx, struct vbi_slot *s, const struct vbt_wc *wc);
 void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s);
+/* The multicast QP's held receive slots (vbi_mcast_repost holds them),
+ * posted again in one list; progress context, at the start of each round. */
+void vbi_mcast_repost_held(struct vb_ctx *ctx);
 void vbi_mcast_sent(struct vb_ctx *ctx, unsigned datagrams);
 
 uint32_t vbi_mcast_sub_join(struct vb_ctx *ctx, uint32_t topic_id);

@@ -160,7 +160,7 @@ static int poll_cq(struct vb_ctx *ctx, struct vbi_devres *dr)
 		case VBI_WR_UD_RECV: {
 			struct vbi_slot *s = (void *)(uintptr_t)wc[i].wr_id;
 
-			ctx->ud_posted--;
+			atomic_fetch_sub_explicit(&ctx->ud_posted, 1, memory_order_relaxed);
 			if (ok)
 				vbi_ud_recv(ctx, s, wc[i].byte_len);
 			else if (!atomic_load(&ctx->stop))
@@ -279,6 +279,10 @@ static int progress_round(struct vb_ctx *ctx)
 
 	if (atomic_load_explicit(&ctx->dev_removing, memory_order_relaxed))
 		dev_reap(ctx);
+	/* the datagrams' slots the last round held */
+	if (ctx->ud_nheld)
+		vbi_ud_repost_held(ctx);
+	vbi_mcast_repost_held(ctx);
 	/* The per-peer round (flush, ACKs, credits, keepalives, control
 	 * frames) owed by the last round's completions, when another thread
 	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll

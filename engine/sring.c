@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/sring.h"
+#include "transport/transport.h"
 
 #include "core/err.h"
 
@@ -96,6 +97,26 @@ void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n
 		if (slots[i].buf.addr)
 			vbi_mempool_free(pool, slots[i].buf.addr);
 	free(slots);
+}
+
+uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_t n,
+			uint32_t len, int *rc)
+{
+	struct vbt_sge sge[VBI_REPOST_BATCH];
+	struct vbt_recv_wr wr[VBI_REPOST_BATCH];
+	const struct vbt_recv_wr *bad = NULL;
+
+	*rc = 0;
+	if (!n)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		sge[i] = (struct vbt_sge){ (uintptr_t)held[i]->buf.addr, len, held[i]->buf.lkey };
+		wr[i] = (struct vbt_recv_wr){ .next = i + 1 < n ? &wr[i + 1] : NULL,
+					      .wr_id = (uintptr_t)held[i], .sg_list = &sge[i],
+					      .num_sge = 1 };
+	}
+	*rc = vbt_post_recv(qp, wr, &bad);
+	return !*rc ? n : bad ? (uint32_t)(bad - wr) : 0;
 }
 
 void vbi_sring_fini(struct vbi_sring *sr)

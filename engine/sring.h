@@ -17,6 +17,8 @@
 
 #include "core/mempool.h"
 
+struct vbt_qp;
+
 struct vbi_lane;
 struct vbi_devres;
 struct vb_pub;
@@ -109,6 +111,23 @@ void vbi_sring_fini(struct vbi_sring *sr);
 /* Free receive slots' buffers (back to @pool) and the array; NULL-safe.
  * Nothing may still be posted from them. */
 void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n);
+/* The most consumed receive slots an owner (a lane, the UD endpoint, the
+ * multicast QP) holds before posting them again in one list; fewer when
+ * the QP has few slots (vbi_repost_batch): an eighth of them. The owner
+ * posts what it holds at its next round whatever the count. */
+#define VBI_REPOST_BATCH 16u
+static inline uint32_t vbi_repost_batch(uint32_t nslots)
+{
+	uint32_t b = nslots / 8;
+
+	return b < 1 ? 1 : b > VBI_REPOST_BATCH ? VBI_REPOST_BATCH : b;
+}
+/* Post receive slots @held[0..@n) (n <= VBI_REPOST_BATCH) to @qp again in
+ * one list, @len bytes each. Returns how many went: all of them, or those
+ * before the one the post refused (*@rc is then its negative errno, else
+ * 0). The caller owns the slots and counts what went. */
+uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_t n,
+			uint32_t len, int *rc);
 /* The next entry to post (the caller checked outstanding < n). */
 struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
 /* Undo vbi_sring_take() for an entry that was not posted (and its

@@ -26,8 +26,23 @@ static int ud_post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 	int rc = vbt_post_recv(ctx->ud_qp, &wr, &bad);
 
 	if (!rc)
-		ctx->ud_posted++;
+		atomic_fetch_add_explicit(&ctx->ud_posted, 1, memory_order_relaxed);
 	return rc;
+}
+
+void vbi_ud_repost_held(struct vb_ctx *ctx)
+{
+	uint32_t n = ctx->ud_nheld, ok;
+	int rc;
+
+	ctx->ud_nheld = 0;
+	if (!n || !ctx->ud_qp || atomic_load(&ctx->stop))
+		return;
+	ok = vbi_slots_post(ctx->ud_qp, ctx->ud_held, n, VBI_UD_GRH + ctx->ud_mtu, &rc);
+	atomic_fetch_add_explicit(&ctx->ud_posted, ok, memory_order_relaxed);
+	if (rc)
+		vbi_warn("UD receive repost failed (%u of %u slots lost): %s", n - ok, n,
+			 vbi_errmsg());
 }
 
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
@@ -38,8 +53,11 @@ void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 	}
 	if (atomic_load(&ctx->stop))
 		return;
-	if (ud_post_slot(ctx, s))
-		vbi_warn("UD receive repost failed: %s", vbi_errmsg());
+	/* held: the next round's start posts it (after this poll's
+	 * callbacks and the caller's reaction to them) */
+	ctx->ud_held[ctx->ud_nheld++] = s;
+	if (ctx->ud_nheld >= vbi_repost_batch(ctx->ud_nslots))
+		vbi_ud_repost_held(ctx);
 }
 
 void vbi_ud_addr(struct vb_ctx *ctx, struct vbt_peer *out)
@@ -102,7 +120,8 @@ void vbi_ud_teardown(struct vb_ctx *ctx)
 		ctx->ops->qp_destroy(ctx->ud_qp);
 		ctx->ud_qp = NULL;
 	}
-	ctx->ud_posted = 0;
+	atomic_store_explicit(&ctx->ud_posted, 0, memory_order_relaxed);
+	ctx->ud_nheld = 0; /* they are ud_slots' */
 	vbi_sring_fini(&ctx->ud_sr);
 	/* a context whose create failed early never got its UD device */
 	if (ctx->ud_slots && atomic_load(&ctx->ud_dr))

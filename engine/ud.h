@@ -19,8 +19,13 @@ int vbi_ud_open(struct vb_ctx *ctx);
 void vbi_ud_teardown(struct vb_ctx *ctx);
 /* Its device is being removed: moved to the other one or closed. */
 void vbi_ud_move(struct vb_ctx *ctx);
-/* A receive slot of the UD endpoint or the multicast QP, posted again. */
+/* A receive slot of the UD endpoint or the multicast QP, posted again:
+ * the multicast QP's at once, the endpoint's held (ctx->ud_held) until
+ * vbi_ud_repost_held() or until VBI_REPOST_BATCH wait. Progress context. */
 void vbi_ud_repost(struct vb_ctx *ctx, struct vbi_slot *s);
+/* The UD endpoint's held receive slots, posted again in one list
+ * (progress context; the start of each round). */
+void vbi_ud_repost_held(struct vb_ctx *ctx);
 /* A datagram received in @slot (progress context, no lock held). */
 void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len);
 /* Our UD endpoint's address (for HELLO and UDADDR frames); any thread. */

@@ -342,14 +342,14 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 		if (!atomic_load(&ctx->ud_dr->fatal))
 			vbt_qp_set_state(ctx->ud_qp, VB_QPS_ERR);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		while ((ctx->ud_posted || ctx->ud_sr.outstanding) &&
+		while ((atomic_load(&ctx->ud_posted) || ctx->ud_sr.outstanding) &&
 		       !atomic_load(&ctx->ud_dr->fatal)) {
 			if (vbi_progress_once(ctx) < 0)
 				break;
 			clock_gettime(CLOCK_MONOTONIC, &t);
 			if (t.tv_sec - t0.tv_sec > 5) {
 				vbi_warn("UD drain: %u receives, %u sends still outstanding",
-					 ctx->ud_posted, ctx->ud_sr.outstanding);
+					 atomic_load(&ctx->ud_posted), ctx->ud_sr.outstanding);
 				break;
 			}
 		}

@@ -147,5 +147,13 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 		pthread_mutex_unlock(&p->txlock);
 	}
 	pthread_rwlock_unlock(&node->lock);
+	/* the context's FANOUT endpoint (ud_lock: it may move meanwhile) */
+	pthread_mutex_lock(&node->ctx->ud_lock);
+	if (node->ctx->ud_qp)
+		fprintf(f, "  FANOUT endpoint UD QP %u recvs %u/%u\n", node->ctx->ud_qp->qpn,
+			atomic_load_explicit(&node->ctx->ud_posted, memory_order_relaxed),
+			node->ctx->ud_nslots);
+	pthread_mutex_unlock(&node->ctx->ud_lock);
+	vbi_mcast_dump(node->ctx, f);
 	return 0;
 }

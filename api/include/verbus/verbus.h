@@ -570,8 +570,10 @@ VB_EXPORT int vb_node_peer_mode(vb_node_t *node, const char *peer);
 
 /**
  * vb_node_dump() - describe @node's connections to @f (peers, their
- * connections with credits and queue use, publishers' cursors): for
- * diagnosing a stall. Any thread. Returns 0 or -EINVAL.
+ * connections with credits, send queue use and receive slots posted,
+ * publishers' cursors, and the context's FANOUT endpoint): for diagnosing
+ * a stall. The text is for people and may change. Any thread. Returns 0
+ * or -EINVAL.
  */
 VB_EXPORT int vb_node_dump(vb_node_t *node, FILE *f);
 
