@@ -8,6 +8,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -497,6 +498,21 @@ uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id)
 
 	vbi_cfg_u64(id, &ms);
 	return ms * 1000000ull;
+}
+
+uint64_t vbi_cfg_u64_once(enum vbi_cfg_id id)
+{
+	static _Atomic uint64_t once[VBI_CFG__COUNT]; /* value + 1; 0: not read yet */
+	uint64_t v = atomic_load_explicit(&once[id], memory_order_relaxed);
+
+	if (!v) {
+		uint64_t u = 0;
+
+		vbi_cfg_u64(id, &u);
+		v = u + 1;
+		atomic_store_explicit(&once[id], v, memory_order_relaxed);
+	}
+	return v - 1;
 }
 
 int vbi_cfg_int(enum vbi_cfg_id id, int *out)

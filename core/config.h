@@ -179,6 +179,13 @@ int vbi_cfg_str(enum vbi_cfg_id id, const char **out);
  * value in force as vbi_cfg_u64() gives it (0 when unset with no default).
  * Any thread. */
 uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id);
+/* An integer row (UINT or MS) read once per process: the first call takes
+ * its value as vbi_cfg_u64() gives it (a malformed one: the default, and
+ * the error logged once), every later call returns that, whatever the
+ * environment says since. For what the hot paths read (a timer, a test
+ * hook); what a create function reads stays per object. Any thread; two
+ * first calls at once both read it, the same value. */
+uint64_t vbi_cfg_u64_once(enum vbi_cfg_id id);
 
 /* For the create functions: 0 when @id is unset or valid; -EINVAL with the
  * thread's message naming it, its value and the range when malformed

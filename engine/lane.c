@@ -265,14 +265,7 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
  * default and range, 1..60000 ms; read once). */
 uint64_t vbi_rto_ns(void)
 {
-	static _Atomic uint64_t rto;
-	uint64_t v = atomic_load_explicit(&rto, memory_order_relaxed);
-
-	if (!v) {
-		v = vbi_cfg_ms_ns(VBI_CFG_RTO_MS);
-		atomic_store_explicit(&rto, v, memory_order_relaxed);
-	}
-	return v;
+	return vbi_cfg_u64_once(VBI_CFG_RTO_MS) * 1000000ull;
 }
 
 /*
@@ -345,17 +338,9 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
  * or unset: off. Read once. */
 static unsigned test_drop_every(void)
 {
-	static _Atomic int v = -1;
-	int r = atomic_load_explicit(&v, memory_order_relaxed);
+	unsigned n = (unsigned)vbi_cfg_u64_once(VBI_CFG_TEST_DROP_EVERY); /* 0..999999 */
 
-	if (r < 0) {
-		unsigned n = 0;
-
-		vbi_cfg_unsigned(VBI_CFG_TEST_DROP_EVERY, &n); /* 0..999999 */
-		r = n > 1 ? (int)n : 0;
-		atomic_store_explicit(&v, r, memory_order_relaxed);
-	}
-	return (unsigned)r;
+	return n > 1 ? n : 0;
 }
 
 void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_len)

@@ -336,14 +336,7 @@ static bool acks_urgent(const struct vbi_peer *p)
  * default and range; read once). */
 static uint64_t ack_delay_ms(void)
 {
-	static _Atomic uint64_t ms;
-	uint64_t v = atomic_load_explicit(&ms, memory_order_relaxed);
-
-	if (!v) {
-		v = vbi_cfg_ms_ns(VBI_CFG_ACK_DELAY_MS) / 1000000u;
-		atomic_store_explicit(&ms, v, memory_order_relaxed);
-	}
-	return v;
+	return vbi_cfg_u64_once(VBI_CFG_ACK_DELAY_MS);
 }
 
 bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)

@@ -325,6 +325,26 @@ static void test_getters(void **state)
 	assert_int_equal(z, 64 << 20);
 }
 
+/* vbi_cfg_u64_once: the first call's value for the process, per row. */
+static void test_read_once(void **state)
+{
+	(void)state;
+	setenv("VERBUS_RTO_MS", "250", 1);
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_RTO_MS), 250);
+	setenv("VERBUS_RTO_MS", "10", 1); /* too late: read already */
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_RTO_MS), 250);
+	unsetenv("VERBUS_RTO_MS");
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_RTO_MS), 250);
+	/* another row has its own; 0 is a value, not "not read yet" */
+	setenv("VERBUS_TEST_DROP_EVERY", "0", 1);
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_TEST_DROP_EVERY), 0);
+	setenv("VERBUS_TEST_DROP_EVERY", "7", 1);
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_TEST_DROP_EVERY), 0);
+	unsetenv("VERBUS_TEST_DROP_EVERY");
+	/* unset at the first call: the row's default */
+	assert_int_equal(vbi_cfg_u64_once(VBI_CFG_ACK_DELAY_MS), 2);
+}
+
 static void test_check_env(void **state)
 {
 	static const char *const harness[] = {
@@ -621,6 +641,7 @@ int main(void)
 		cmocka_unit_test_setup(test_defaults_unchanged, clean_env),
 		cmocka_unit_test_setup(test_create_refuses_a_bad_value, clean_env),
 		cmocka_unit_test_setup(test_dump, clean_env),
+		cmocka_unit_test_setup(test_read_once, clean_env),
 		cmocka_unit_test_setup(test_readme_matches_the_table, clean_env),
 	};
 	return cmocka_run_group_tests(tests, clean_env, NULL);
