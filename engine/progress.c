@@ -609,7 +609,12 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 	if (!held && (full || atomic_load(&p->tx_pending)))
 		up->peer_flush(p);
 	pthread_mutex_lock(&p->txlock);
-	repost_held(p, false); /* first: the ACKs below return them */
+	/* held receive slots: only in the timed rounds (every AFTER_POLL_NS)
+	 * and idle ones; a lane posts them itself once VBI_REPOST_BATCH
+	 * wait. Not in the round that follows a delivery: that round comes
+	 * before the next poll, and the next answer may already be there */
+	if (full || idle)
+		repost_held(p, false); /* first: the ACKs below return them */
 	l = vbi_peer_lane(p);
 	if (atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
 	    atomic_exchange(&p->ack_all, false))

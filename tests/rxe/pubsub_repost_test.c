@@ -3,9 +3,9 @@
  * Receive slots go back to the receive queue, all of them.
  *
  * A consumed receive slot is not posted again on the delivery's path: the
- * lane holds it and posts what it holds in one list at the next per-peer
- * round of progress, or at once when VBI_REPOST_BATCH wait (engine/lane.c,
- * vbi_lane_repost_held). Until then the slot is neither posted nor
+ * lane holds it and posts what it holds in one list at the next timed
+ * per-peer round of progress, or at once when VBI_REPOST_BATCH wait
+ * (engine/lane.c, vbi_lane_repost_held). Until then the slot is neither posted nor
  * returned to the sender as a credit, so a slot the lane kept for good
  * would shrink the connection's window for good, and enough of them would
  * stall it.
@@ -14,9 +14,9 @@
  * thread decides when progress runs. test_one_at_a_time: messages one at a
  * time (each its own SEND, each leaving one slot held behind its
  * delivery); test_burst: a burst larger than the receive queue, published
- * without waiting. After each, once a vb_progress() round completes
- * nothing, every lane of the subscriber's node must have all of its
- * receive slots posted ("recvs N/N" in vb_node_dump()), and every message must have
+ * without waiting. After each, once vb_progress() rounds have completed
+ * nothing for a few ms, every lane of the subscriber's node must have all
+ * of its receive slots posted ("recvs N/N" in vb_node_dump()), and every message must have
  * been delivered once, in order, intact. test_fanout: the same for the
  * context's UD endpoint (FANOUT datagrams, one at a time: each its own
  * datagram), whose slots are held the same way.
@@ -158,25 +158,30 @@ static bool slots_back(vb_node_t *node, unsigned *lanes, char *why, size_t whyle
 	return ok;
 }
 
-/* Progress on the subscriber's context until a round completes nothing:
- * every slot an earlier round held was posted again at the start of the
- * round after it (the per-peer round follows any round that completed
- * something; the UD endpoint's and the multicast QP's slots go at every
- * round's start), so now every receive slot of every lane and of the
- * FANOUT QPs must be posted. No waiting for a count to come right: a
- * slot held for good fails here whatever arrives meanwhile. */
+/* Progress on the subscriber's context until QUIET_MS have passed in
+ * rounds that completed nothing. Every slot held before was posted again
+ * meanwhile: the UD endpoint's and the multicast QP's at the start of the
+ * round after the one that held them, a lane's at the next timed per-peer
+ * round (every 200 us of rounds; engine/progress.c), so now every receive
+ * slot of every lane and of the FANOUT QPs must be posted. One look, not
+ * a wait for a count to come right: a slot held for good fails here
+ * whatever arrives meanwhile. */
+#define QUIET_MS 5u
 static void expect_slots_back(struct pair *p, const char *after)
 {
 	char why[256] = "";
 	unsigned lanes = 0;
-	uint64_t t0 = vbt_now_ms();
+	uint64_t t0 = vbt_now_ms(), quiet = t0;
 
-	while (vb_progress(p->cb) != 0)
+	while (vbt_now_ms() - quiet < QUIET_MS) {
+		if (vb_progress(p->cb) != 0)
+			quiet = vbt_now_ms();
 		if (vbt_now_ms() - t0 > WAIT_MS)
 			fail_msg("after %s: completions still coming after %d ms", after, WAIT_MS);
+	}
 	if (!slots_back(p->nb, &lanes, why, sizeof(why)))
-		fail_msg("after %s: a receive queue short of slots after a round that "
-			 "completed nothing: %s", after, why);
+		fail_msg("after %s: a receive queue short of slots after %u ms of rounds that "
+			 "completed nothing: %s", after, QUIET_MS, why);
 	assert_true(lanes >= 1);
 	printf("after %s: %u receive queue(s), every slot posted\n", after, lanes);
 }
