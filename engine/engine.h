@@ -193,9 +193,10 @@ struct vbi_lane {
 	uint32_t nslots;
 	atomic_uint posted_recvs; /* outstanding receive WRs */
 	/* Receive slots consumed and not yet posted again (progress context):
-	 * they go back in one list, off the delivery's path, at the next
-	 * per-peer round or once VBI_REPOST_BATCH wait (vbi_lane_repost_held).
-	 * Neither posted nor returned as credits meanwhile. */
+	 * they go back in one list, off the delivery's path, once
+	 * vbi_repost_batch() wait or at the next timed or idle per-peer round
+	 * (vbi_lane_repost_held). Neither posted nor returned as credits
+	 * meanwhile. */
 	struct vbi_slot *held[VBI_REPOST_BATCH];
 	uint32_t nheld;
 	uint64_t created_ns;

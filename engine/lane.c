@@ -405,9 +405,9 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		}
 		atomic_fetch_add_explicit(&l->to_return, 1, memory_order_relaxed);
 	} else {
-		/* held: posted again by the next per-peer round, which runs
-		 * after this poll's callbacks and the application's next
-		 * step (a ping-pong's answer does not wait for it) */
+		/* held: posted again here once vbi_repost_batch() wait, or
+		 * by the next timed or idle per-peer round (vbi_peer_after_poll):
+		 * not on the way from the callbacks to the next poll */
 		l->held[l->nheld++] = slot;
 		if (l->nheld >= vbi_repost_batch(l->nslots))
 			vbi_lane_repost_held(l);
@@ -416,9 +416,9 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		atomic_store_explicit(&l->peer->last_rx_ms, vbi_now_ms(), memory_order_relaxed);
 }
 
-/* Post @l's held receive slots again, in one list: the per-peer round
- * (vbi_peer_after_poll, txlock held), or vbi_lane_rc_recv once enough
- * wait. Progress context. Each posted slot is a credit to return. A dead
+/* Post @l's held receive slots again, in one list: a timed or idle
+ * per-peer round (vbi_peer_after_poll, txlock held), or vbi_lane_rc_recv
+ * once enough wait. Progress context. Each posted slot is a credit to return. A dead
  * or draining lane's slots are dropped: its drain does not wait for
  * them (they are not in posted_recvs), and vbi_lane_retire_start sets
  * those flags under l->lk, so a caller holding it cannot race the drain;
