@@ -35,13 +35,9 @@
 
 static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 {
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, (uint32_t)l->node->ctx->attr.slot_size,
-			       s->buf.lkey };
-	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
-	const struct vbt_recv_wr *bad;
-	int rc = vbt_post_recv(l->qp, &wr, &bad);
+	int rc;
 
-	if (!rc)
+	if (vbi_slots_post(l->qp, &s, 1, (uint32_t)l->node->ctx->attr.slot_size, &rc))
 		atomic_fetch_add(&l->posted_recvs, 1);
 	return rc;
 }

@@ -198,14 +198,10 @@ int vbi_mcast_ctx_init(struct vb_ctx *ctx)
 
 static int post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 {
-	struct vbi_mcast_ctx *m = ctx->mc;
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, VBI_UD_GRH + ctx->ud_mtu, s->buf.lkey };
-	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
-	const struct vbt_recv_wr *bad;
-	int rc = vbt_post_recv(m->qp, &wr, &bad);
+	int rc;
 
-	if (!rc)
-		atomic_fetch_add(&m->posted, 1);
+	if (vbi_slots_post(ctx->mc->qp, &s, 1, VBI_UD_GRH + ctx->ud_mtu, &rc))
+		atomic_fetch_add(&ctx->mc->posted, 1);
 	return rc;
 }
 

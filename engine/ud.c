@@ -20,12 +20,9 @@
 
 static int ud_post_slot(struct vb_ctx *ctx, struct vbi_slot *s)
 {
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, VBI_UD_GRH + ctx->ud_mtu, s->buf.lkey };
-	struct vbt_recv_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1 };
-	const struct vbt_recv_wr *bad;
-	int rc = vbt_post_recv(ctx->ud_qp, &wr, &bad);
+	int rc;
 
-	if (!rc)
+	if (vbi_slots_post(ctx->ud_qp, &s, 1, VBI_UD_GRH + ctx->ud_mtu, &rc))
 		atomic_fetch_add_explicit(&ctx->ud_posted, 1, memory_order_relaxed);
 	return rc;
 }
