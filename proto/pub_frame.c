@@ -87,6 +87,19 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 	return 1;
 }
 
+/* Count (@dir 1) or take back (@dir -1) a BATCH SEND of @frames frames. */
+static void frame_count(struct vb_ctx *ctx, uint32_t frames, bool compact, int dir)
+{
+	uint64_t d = (uint64_t)(int64_t)dir; /* wraps: -1 subtracts */
+
+	if (frames && compact)
+		atomic_fetch_add_explicit(&ctx->st->compact_batches, d, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, d * frames, memory_order_relaxed);
+	if (frames > 1)
+		atomic_fetch_add_explicit(&ctx->st->batched_frames, d * frames,
+					  memory_order_relaxed);
+}
+
 /* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked,
  * when vbi_peer_acks_ride() says they go now), then one BATCH frame with
  * this publisher's next whole messages from @m on (consecutive seqs, the
@@ -149,8 +162,13 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 		vbi_sring_untake(&l->sr);
 		return 0;
 	}
+	/* counted before the post: once the peer can have delivered a
+	 * message, a vb_ctx_stats() snapshot taken after that delivery
+	 * includes its frame (taken back when the post fails) */
+	frame_count(ctx, frames, compact, 1);
 	rc = vbi_lane_post(l, s, off, false);
 	if (rc) {
+		frame_count(ctx, frames, compact, -1);
 		pthread_mutex_lock(&pub->lock);
 		pp->sent -= frames;
 		pthread_mutex_unlock(&pub->lock);
@@ -161,13 +179,8 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	if (frames && l->mode == VB_QPT_RC)
 		l->tx_bctx = (struct vbi_wire_bctx){ .session = bh.session, .topic = bh.topic,
 						     .epoch = bh.epoch, .next_seq = bh.seq + frames };
-	if (frames && compact)
-		atomic_fetch_add_explicit(&ctx->st->compact_batches, 1, memory_order_relaxed);
 	if (acks)
 		vbi_peer_acks_sent(p, l, acks_upto);
-	atomic_fetch_add_explicit(&ctx->st->frames_sent, frames, memory_order_relaxed);
-	if (frames > 1)
-		atomic_fetch_add_explicit(&ctx->st->batched_frames, frames, memory_order_relaxed);
 	return drained ? 2 : 1;
 }
 

@@ -173,6 +173,7 @@ static void test_one_stream(void **state)
 static void test_streams_interleaved(void **state)
 {
 	struct pair p;
+	vb_stats_t sa, sb;
 	uint64_t c0, c1, c2;
 
 	(void)state;
@@ -188,6 +189,13 @@ static void test_streams_interleaved(void **state)
 	for (uint64_t n = RUN + 1; n <= 2 * RUN; n++)
 		send_one(p.pub[1], 'y', n, &p.st[1]);
 	c2 = compact_now(&p);
+	vb_ctx_stats(p.ca, &sa);
+	vb_ctx_stats(p.cb, &sb);
+	printf("publisher: failovers %" PRIu64 ", lanes created %" PRIu64 ", standbys warmed %" PRIu64
+	       ", frames %" PRIu64 ", SENDs %" PRIu64 "; subscriber: lanes created %" PRIu64
+	       ", handshakes dropped %" PRIu64 "\n",
+	       sa.failovers, sa.lanes_created, sa.standbys_warmed, sa.frames_sent, sa.sends_posted,
+	       sb.lanes_created, sb.pending_dropped);
 	assert_int_equal(atomic_load(&p.st[0].got), 2 * RUN);
 	assert_int_equal(atomic_load(&p.st[1].got), 2 * RUN);
 	pair_close(&p, 2);
