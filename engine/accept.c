@@ -179,6 +179,19 @@ static void busy_drop(struct vbi_accept *a, unsigned i, const char *why)
 	vbi_lane_destroy_now(l);
 }
 
+/* A request that could not be accepted (@rc, vbi_errmsg() says why): one
+ * its requester withdrew (a peer that closed while it connected) is no
+ * fault, counted and logged as info; anything else is a warning. */
+static void accept_failed(struct vb_node *node, int rc)
+{
+	if (rc == -ECONNABORTED) {
+		atomic_fetch_add(&node->ctx->st->handshakes_withdrawn, 1);
+		vbi_info("node '%s': %s", node->name, vbi_errmsg());
+	} else if (!atomic_load(&node->stop)) {
+		vbi_warn("accept failed: %s", vbi_errmsg());
+	}
+}
+
 /* Take every request waiting on listener @idx. Returns false when a lane
  * could not be prepared for one (it waits). */
 static bool agent_take(struct vbi_accept *a, unsigned idx)
@@ -212,8 +225,7 @@ static bool agent_take(struct vbi_accept *a, unsigned idx)
 			a->busy[a->nbusy] = l;
 			a->busy_idx[a->nbusy++] = (unsigned char)idx;
 		} else {
-			if (!atomic_load(&node->stop))
-				vbi_warn("accept failed: %s", vbi_errmsg());
+			accept_failed(node, rc);
 			vbi_lane_destroy_now(l); /* its QP may be in any state */
 		}
 	}
@@ -236,8 +248,7 @@ static int agent_step(struct vbi_accept *a)
 			agent_accepted(a->node, busy_take(a, i));
 		} else if (rc != -EINPROGRESS) {
 			busy_take(a, i);
-			if (!atomic_load(&a->node->stop))
-				vbi_warn("accept failed: %s", vbi_errmsg());
+			accept_failed(a->node, rc);
 			vbi_lane_destroy_now(l);
 		} else if (now - l->accepted_ns >= limit) {
 			char why[64];

@@ -548,7 +548,10 @@ struct vbt_ops {
 	 * requester's RTU: -EAGAIN (none waiting; @qp untouched); 0 (UD:
 	 * accepted, *out is the connection); -EINPROGRESS (RC/UC: *out waits
 	 * for the RTU: conn_step it); other negative errno as accept (*out
-	 * NULL, the request rejected). Thread-safety: one thread per listener. */
+	 * NULL, the request rejected): -ECONNABORTED when its requester
+	 * withdrew it first (it closed while connecting), which conn_step
+	 * also returns for one withdrawn while its RTU was awaited.
+	 * Thread-safety: one thread per listener. */
 	int (*accept_start)(struct vbt_listener *l, struct vbt_qp *qp,
 			    const struct vbt_conn_param *p, struct vbt_conn **out);
 	/* Start connect: -EINPROGRESS with *out to be stepped, or a negative

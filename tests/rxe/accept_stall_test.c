@@ -16,6 +16,16 @@
  * 2. With the victim's cm_timeout_ms at 3 s, the stalled handshake is
  *    given up and counted (vb_stats_t.pending_dropped), and a verbus node
  *    connects afterwards.
+ * 4. A requester that withdraws its request (destroys its rdma_cm id
+ *    before the handshake completes: a peer closing while it connects)
+ *    is counted as withdrawn (vb_stats_t.handshakes_withdrawn), not as a
+ *    failed accept. test_withdrawn: after the victim answered; its lane
+ *    is freed at once (not after cm_timeout_ms), nothing is counted as
+ *    dropped, and a verbus node connects and delivers afterwards.
+ *    test_withdrawn_before_answer (the transport's accept, which the node
+ *    runs): withdrawn once the request reached the victim, before it is
+ *    accepted; the accept reports it as withdrawn (-ECONNABORTED),
+ *    whether the REJ or the accept came first.
  * 3. A node in VB_PROGRESS_APP mode whose failed lane is being retired
  *    answers a request while the application does not call vb_progress():
  *    the lane's drain (its last completions, which only vb_progress()
@@ -39,6 +49,7 @@
 
 #include <verbus/verbus.h>
 
+#include "core/err.h"
 #include "tests/common/proc.h"
 #include "tests/common/pubsub.h"
 #include "tests/common/rawpeer.h"
@@ -77,9 +88,8 @@ static void cm_wait(struct stall *s, enum rdma_cm_event_type want)
 	rdma_ack_cm_event(ev);
 }
 
-/* Request a connection to @port and take the victim's reply (it has
- * accepted: it now waits for our RTU, which never comes). */
-static void stall_open(struct stall *s, uint16_t port)
+/* Request a connection to @port (the victim's answer not taken). */
+static void stall_request(struct stall *s, uint16_t port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	struct rdma_conn_param cp;
@@ -120,6 +130,13 @@ static void stall_open(struct stall *s, uint16_t port)
 	cp.rnr_retry_count = 7;
 	cp.qp_num = local.qpn;
 	assert_int_equal(rdma_connect(s->id, &cp), 0);
+}
+
+/* Request a connection to @port and take the victim's reply (it has
+ * accepted: it now waits for our RTU, which never comes). */
+static void stall_open(struct stall *s, uint16_t port)
+{
+	stall_request(s, port);
 	/* no QP on the id: librdmacm leaves the RTU to rdma_establish() */
 	cm_wait(s, RDMA_CM_EVENT_CONNECT_RESPONSE);
 	printf("half-open: the victim answered our request; we send no RTU\n");
@@ -228,6 +245,99 @@ static void test_stall_given_up(void **state)
 	run(3000, true);
 }
 
+/* Item 4 at the node: a request answered, then withdrawn. */
+static void test_withdrawn(void **state)
+{
+	vb_ctx_attr_t ca;
+	vb_sub_attr_t sa;
+	vb_ctx_t *ctx;
+	vb_node_t *node;
+	vb_sub_t *sub;
+	vb_stats_t st0, st;
+	struct stall s;
+	uint64_t t0;
+
+	(void)state;
+	got = 0;
+	vb_ctx_attr_init(&ca);
+	ca.cm_timeout_ms = 60000; /* no handshake is given up by the clock here */
+	ctx = vbt_ctx_open(&ca);
+	node = vbt_node_open(ctx, "victim", true);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = on_msg;
+	assert_int_equal(vb_sub_create(node, TOPIC, VB_ORDERED, &sa, &sub), 0);
+	vb_ctx_stats(ctx, &st0);
+	stall_open(&s, vb_node_port(node));
+	stall_close(&s); /* destroys the id: the victim gets a REJ */
+	printf("withdrawn: the victim answered our request; we withdrew it\n");
+	t0 = vbt_now_ms();
+	do {
+		usleep(5000);
+		vb_ctx_stats(ctx, &st);
+	} while ((!st.handshakes_withdrawn || st.lanes_retired == st0.lanes_retired) &&
+		 vbt_now_ms() - t0 < WAIT_MS);
+	printf("withdrawn: %llu counted, %llu dropped, lanes freed %llu\n",
+	       (unsigned long long)st.handshakes_withdrawn, (unsigned long long)st.pending_dropped,
+	       (unsigned long long)(st.lanes_retired - st0.lanes_retired));
+	if (st.handshakes_withdrawn != 1)
+		fail_msg("%llu withdrawn requests counted after %d ms (1 made)",
+			 (unsigned long long)st.handshakes_withdrawn, WAIT_MS);
+	/* the request's lane and no other (this node has no peer) */
+	assert_int_equal(st.lanes_retired - st0.lanes_retired, 1);
+	assert_int_equal(st.pending_dropped, 0);
+	connect_and_deliver(vb_node_port(node));
+	vb_sub_destroy(sub);
+	vb_node_destroy(node);
+	vb_ctx_destroy(ctx);
+}
+
+/* Item 4 at the transport, withdrawn before the answer: the request has
+ * reached the victim's CM (the listener's descriptor is readable), then
+ * its requester destroys its id. accept_start returns -ECONNABORTED when
+ * the REJ came first (the kernel dropped the request: rdma_accept fails
+ * with EINVAL), or accepts, and conn_step then returns -ECONNABORTED
+ * when the REJ comes. Either way the same error, whichever came first. */
+static void test_withdrawn_before_answer(void **state)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct vbt_listener *lis;
+	struct vbt_conn *c = NULL;
+	struct pollfd pfd;
+	struct raw v;
+	struct rawqp vq;
+	struct stall s;
+	uint64_t t0;
+	int rc;
+
+	(void)state;
+	raw_open(&v);
+	raw_qp(&v, &vq, VB_QPT_RC);
+	assert_int_equal(inet_pton(AF_INET, vbt_test_ip(), &sa.sin_addr), 1);
+	if (v.ops->listen(v.dev, VB_QPT_RC, (struct sockaddr *)&sa, &lis))
+		fail_msg("listen: %s", vbi_errmsg());
+	stall_request(&s, lis->port);
+	pfd = (struct pollfd){ .fd = v.ops->listener_fd(lis), .events = POLLIN };
+	if (poll(&pfd, 1, WAIT_MS) != 1)
+		fail_msg("no request at the listener within %d ms", WAIT_MS);
+	stall_close(&s);
+	rc = v.ops->accept_start(lis, vq.qp, &v.cp, &c);
+	printf("withdrawn before the answer: accept_start %d (%s)\n", rc,
+	       rc ? vbi_errmsg() : "");
+	for (t0 = vbt_now_ms(); rc == -EINPROGRESS && vbt_now_ms() - t0 < WAIT_MS;) {
+		pfd = (struct pollfd){ .fd = v.ops->conn_fd(c), .events = POLLIN };
+		poll(&pfd, 1, 100);
+		if ((rc = v.ops->conn_step(c)) != -EINPROGRESS)
+			printf("withdrawn before the answer: conn_step %d (%s)\n", rc,
+			       rc ? vbi_errmsg() : "");
+	}
+	assert_int_equal(rc, -ECONNABORTED);
+	if (c)
+		v.ops->conn_close(c);
+	v.ops->listener_close(lis);
+	raw_close(&vq);
+	raw_fini(&v);
+}
+
 /* vb_progress() on @ctx until @done says so (bounded): its stats. */
 static vb_stats_t progress_until(vb_ctx_t *ctx, bool (*done)(const vb_stats_t *, uint64_t),
 				 uint64_t arg, const char *what)
@@ -294,6 +404,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_connect_during_stall),
 		cmocka_unit_test(test_stall_given_up),
+		cmocka_unit_test(test_withdrawn),
+		cmocka_unit_test(test_withdrawn_before_answer),
 		cmocka_unit_test(test_answer_while_draining),
 	};
 

@@ -401,6 +401,19 @@ static int conn_event(struct vbv_conn *c, struct rdma_cm_event **ev)
 	return vbi_err(cm_errno(EIO), "rdma_get_cm_event: %s", strerror(errno));
 }
 
+/* The requester of an accepted connection gave it up before it was
+ * established (it closed while connecting: the kernel's CM sends a REJ
+ * when such an id is destroyed): -ECONNABORTED, @ev acked. */
+static int conn_withdrawn(struct rdma_cm_event *ev)
+{
+	int rc = vbi_err(-ECONNABORTED,
+			 "the requester withdrew its request after our answer (%s, status %d)",
+			 rdma_event_str(ev->event), ev->status);
+
+	rdma_ack_cm_event(ev);
+	return rc;
+}
+
 /* An event the step did not expect: mapped to an errno, acked. */
 static int conn_unexpected(struct rdma_cm_event *ev, const char *waiting_for)
 {
@@ -471,7 +484,16 @@ int vbv_accept_start(struct vbt_listener *lc, struct vbt_qp *qp, const struct vb
 	wire_put(&c->core.local, wire);
 	conn_param(p, qp, wire, &cp);
 	if (rdma_accept(c->id, &cp)) {
-		rc = vbi_err(cm_errno(EIO), "rdma_accept: %s", strerror(errno));
+		if (errno == EINVAL && qp->type != VB_QPT_UD)
+			/* the kernel's CM no longer holds the request: its
+			 * requester's REJ came before our answer (ucma drops
+			 * the events of a request not yet taken and lets the
+			 * accept fail: drivers/infiniband/core/ucma.c) */
+			rc = vbi_err(-ECONNABORTED, "the requester withdrew its request before "
+						    "it was accepted (rdma_accept: %s)",
+				     strerror(errno));
+		else
+			rc = vbi_err(cm_errno(EIO), "rdma_accept: %s", strerror(errno));
 		goto err_reject;
 	}
 	*out = &c->core;
@@ -621,6 +643,8 @@ static int conn_advance(struct vbv_conn *c, struct rdma_cm_event *ev)
 		conn_log(c, "connected");
 		return 0;
 	case VBV_STEP_ESTABLISHED:
+		if (ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_DISCONNECTED)
+			return conn_withdrawn(ev);
 		if (ev->event != RDMA_CM_EVENT_ESTABLISHED)
 			return conn_unexpected(ev, "ESTABLISHED");
 		rdma_ack_cm_event(ev);

@@ -466,6 +466,12 @@ typedef struct vb_stats {
 				      * frames (RC: a 4-byte header where the
 				      * batch continues the stream of the one
 				      * before on its connection; docs/wire.md) */
+	/* accepting (appended) */
+	uint64_t handshakes_withdrawn; /* connection requests their sender gave
+					* up before the handshake completed (a
+					* peer that closed while connecting):
+					* freed, logged as info, not counted in
+					* pending_dropped */
 } vb_stats_t;
 
 /**
