@@ -63,9 +63,22 @@ static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
 	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
 }
 
+/* Within the quiet time after a switch of connection (vbi_ctx_quiet): the
+ * work that can wait (retiring lanes, refilling the QP pool, warming a
+ * standby or a probe) waits, unless the node is stopping. Its end is the
+ * conductor's next round (maint_main). */
+static bool maint_quiet(struct vb_node *node, uint64_t now)
+{
+	return now < atomic_load(&node->ctx->quiet_until_ns) && !atomic_load(&node->stop);
+}
+
 /* Begin retiring the lanes marked so: peers' lanes and pending (unbound)
  * ones; one still in its set-up thread's hands is left for a later round.
- * They wait on node->drain for their WRs (drain_step). */
+ * They wait on node->drain for their WRs (drain_step). Within the quiet
+ * time the peers' lanes wait: the caller looked at it before, but a switch
+ * (which starts it, then marks the old lane, both under the peer's txlock)
+ * may have come since; looked at again under each txlock, the old lane is
+ * either not marked yet or the quiet time is seen. */
 static void maint_retire(struct vb_node *node)
 {
 	for (;;) {
@@ -85,6 +98,10 @@ static void maint_retire(struct vb_node *node)
 		}
 		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
 			pthread_mutex_lock(&p->txlock);
+			if (maint_quiet(node, vbi_mono_ns())) {
+				pthread_mutex_unlock(&p->txlock);
+				break;
+			}
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
 				if (!atomic_load(&l->retiring) || atomic_load(&l->draining))
 					continue;
@@ -349,15 +366,6 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 		 role == VBI_LANE_REPLACE ? "replacement"
 					  : role == VBI_LANE_PROBE ? "RC probe" : "standby",
 		 (unsigned long long)(back / 1000000), vbi_errmsg());
-}
-
-/* Within the quiet time after a switch of connection (vbi_ctx_quiet): the
- * work that can wait (retiring lanes, refilling the QP pool, warming a
- * standby or a probe) waits, unless the node is stopping. Its end is the
- * conductor's next round (maint_main). */
-static bool maint_quiet(struct vb_node *node, uint64_t now)
-{
-	return now < atomic_load(&node->ctx->quiet_until_ns) && !atomic_load(&node->stop);
 }
 
 static void maint_peer(struct vb_node *node, struct vbi_peer *p)
