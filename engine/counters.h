@@ -35,7 +35,7 @@
 	C(devices_released) C(events_dropped) C(peers_reaped) C(slow_cuts)                   \
 	C(slow_cut_msgs) C(streams_ended) C(retain_full) C(pending_dropped) C(refused)       \
 	C(auth_refused) C(pool_registrations_progress) C(heartbeats_sent)                    \
-	C(lanes_drained) G(drain_last_ns) G(drain_max_ns) C(compact_batches)   \
+	C(lanes_drained) G(drain_last_ns) G(drain_max_ns) C(compact_batches)                 \
 	C(handshakes_withdrawn)
 
 #define VBI_CTR_FIELD(name) atomic_uint_fast64_t name;
