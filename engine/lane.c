@@ -414,10 +414,10 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 
 /* Post @l's held receive slots again, in one list: a timed or idle
  * per-peer round (vbi_peer_after_poll, txlock held), or vbi_lane_rc_recv
- * once enough wait. Progress context. Each posted slot is a credit to return. A dead
- * or draining lane's slots are dropped: its drain does not wait for
- * them (they are not in posted_recvs), and vbi_lane_retire_start sets
- * those flags under l->lk, so a caller holding it cannot race the drain;
+ * once enough wait. Progress context. Each posted slot is a credit to
+ * return. A dead or draining lane's slots are dropped: its drain does not
+ * wait for them (they are not in posted_recvs), and vbi_lane_retire_start
+ * sets those flags under l->lk, so a caller holding it cannot race the drain;
  * vbi_lane_rc_recv does not hold it, but the completion it handles is
  * still counted in posted_recvs until it returns. */
 void vbi_lane_repost_held(struct vbi_lane *l)
