@@ -20,6 +20,7 @@
 #define VERBUS_ENGINE_COUNTERS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* C(name): only grows. G(name): a level now (a gauge, or a last/max pair). */
@@ -64,6 +65,18 @@ static inline void vbi_st_last_max(atomic_uint_fast64_t *last, atomic_uint_fast6
 	while (v > m && !atomic_compare_exchange_weak_explicit(max, &m, v, memory_order_relaxed,
 								  memory_order_relaxed))
 		;
+}
+
+/* A SEND counted in @st before it is posted (@dir 1), or taken back when
+ * the post failed (@dir -1), @inl when it goes inline: a vb_ctx_stats()
+ * snapshot taken once the peer has the SEND includes it. Any thread. */
+static inline void vbi_st_count_send(struct vbi_ctx_counters *st, bool inl, int dir)
+{
+	uint64_t d = (uint64_t)(int64_t)dir; /* wraps: -1 subtracts */
+
+	if (inl)
+		atomic_fetch_add_explicit(&st->inline_sends, d, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->sends_posted, d, memory_order_relaxed);
 }
 
 #endif

@@ -245,15 +245,17 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 		wr.flags |= VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
 	}
-	if (len <= l->qp->cap.max_inline_data) {
+	if (len <= l->qp->cap.max_inline_data)
 		wr.flags |= VBT_SEND_INLINE;
-		atomic_fetch_add_explicit(&ctx->st->inline_sends, 1, memory_order_relaxed);
-	}
+	/* counted before the post, taken back if it fails: a vb_ctx_stats()
+	 * snapshot taken once the peer has the SEND includes it */
+	vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, 1);
 	rc = vbi_lane_post_wr(l, &wr);
-	if (rc)
+	if (rc) {
+		vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, -1);
 		return rc;
+	}
 	vbi_lane_count_send(l);
-	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 	return 0;
 }
 

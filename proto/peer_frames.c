@@ -377,8 +377,13 @@ static int send_acks_then(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, 
 		return -ENODATA;
 	if (tail_len)
 		memcpy(buf + len, tail, tail_len);
-	if ((rc = vbi_lane_send_ctrl(l, buf, len + tail_len)))
+	if (len)
+		vbi_peer_acks_count(p, upto, 1);
+	if ((rc = vbi_lane_send_ctrl(l, buf, len + tail_len))) {
+		if (len)
+			vbi_peer_acks_count(p, upto, -1);
 		return rc;
+	}
 	if (len)
 		vbi_peer_acks_sent(p, l, upto);
 	if (more)
@@ -395,7 +400,20 @@ int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tai
 	return send_acks_then(p, l, buf, (uint32_t)sizeof(buf), tail, tail_len, NULL);
 }
 
-/* The ACKs built by vbi_peer_build_acks() were posted on @l. txlock held. */
+void vbi_peer_acks_count(struct vbi_peer *p, struct vbi_rxs *upto, int dir)
+{
+	struct vbi_ctx_counters *st = p->node->ctx->st;
+	uint64_t d = (uint64_t)(int64_t)dir, naks = 0; /* wraps: -1 subtracts */
+
+	for (const struct vbi_rxs *r = p->dirty; r && r != upto; r = r->next_dirty)
+		naks += r->nak_pending;
+	if (naks)
+		atomic_fetch_add_explicit(&st->naks_sent, d * naks, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->acks_sent, d, memory_order_relaxed);
+}
+
+/* The ACKs built by vbi_peer_build_acks() were posted on @l (and counted:
+ * vbi_peer_acks_count). txlock held. */
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto)
 {
 	atomic_fetch_sub_explicit(&l->to_return, l->credits_built, memory_order_relaxed);
@@ -407,15 +425,10 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 		p->dirty = d->next_dirty;
 		d->in_dirty = false;
 		d->ack_urgent = false;
-		if (d->nak_pending) {
-			d->nak_pending = false;
-			atomic_fetch_add_explicit(&p->node->ctx->st->naks_sent, 1,
-						  memory_order_relaxed);
-		}
+		d->nak_pending = false;
 		d->acked_sent = d->ack_next - 1;
 		atomic_store_explicit(&d->sub->c->acked, d->acked_sent, memory_order_relaxed);
 	}
-	atomic_fetch_add_explicit(&p->node->ctx->st->acks_sent, 1, memory_order_relaxed);
 }
 
 int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,

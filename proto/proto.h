@@ -320,6 +320,11 @@ void vbi_peer_free(struct vbi_peer *p);
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only);
 uint32_t vbi_peer_build_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 			     struct vbi_rxs **upto);
+/* The ACK-carrying SEND built by vbi_peer_build_acks() (the streams before
+ * @upto) counted in acks_sent and naks_sent before it is posted (@dir 1),
+ * or taken back when the post failed (@dir -1): a vb_ctx_stats() snapshot
+ * taken once the peer has applied the ACK includes it. txlock held. */
+void vbi_peer_acks_count(struct vbi_peer *p, struct vbi_rxs *upto, int dir);
 void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *upto);
 /* A lane switch this end starts (vbi_peer_activate, tell): one SEND on @l
  * with an ACK of every stream from @p (urgent: the ACKs in flight on the

@@ -82,21 +82,21 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 				wr.flags |= VBT_SEND_SIGNALED;
 				ctx->ud_sr.since_signal = 0;
 			}
-			if (sge.length <= ctx->ud_qp->cap.max_inline_data) {
+			if (sge.length <= ctx->ud_qp->cap.max_inline_data)
 				wr.flags |= VBT_SEND_INLINE;
-				atomic_fetch_add_explicit(&ctx->st->inline_sends, 1, memory_order_relaxed);
-			}
 			s->ud_ref = m;
 			if (wr.flags & VBT_SEND_SIGNALED)
 				vbi_sring_signaled(&ctx->ud_sr, s); /* before: see sring.h */
+			/* counted before the post, taken back if it fails */
+			vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, 1);
 			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
+				vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, -1);
 				s->ud_ref = NULL;
 				vbi_sring_untake(&ctx->ud_sr);
 				vbi_msg_put(m);
 				vbi_warn("'%s': datagram post failed: %s", pub->topic, vbi_errmsg());
 				continue;
 			}
-			atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
 			posted++;
 		}
 		if (t >= nt && posted)

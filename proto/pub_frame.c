@@ -63,8 +63,13 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		wr.flags = VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
 	}
+	/* counted before the post (as frame_count's): taken back if it fails */
+	vbi_st_count_send(ctx->st, false, 1);
+	atomic_fetch_add_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc) {
+		vbi_st_count_send(ctx->st, false, -1);
+		atomic_fetch_sub_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
 		if (s->msg) {
 			s->msg = NULL;
 			vbi_msg_put(m);
@@ -73,8 +78,6 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		return rc;
 	}
 	vbi_lane_count_send(l);
-	atomic_fetch_add_explicit(&ctx->st->sends_posted, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
 	pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
 	pp->frag_sent += flen;
 	if (pp->frag_sent == m->len) {
@@ -166,9 +169,13 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	 * message, a vb_ctx_stats() snapshot taken after that delivery
 	 * includes its frame (taken back when the post fails) */
 	frame_count(ctx, frames, compact, 1);
+	if (acks)
+		vbi_peer_acks_count(p, acks_upto, 1);
 	rc = vbi_lane_post(l, s, off, false);
 	if (rc) {
 		frame_count(ctx, frames, compact, -1);
+		if (acks)
+			vbi_peer_acks_count(p, acks_upto, -1);
 		pthread_mutex_lock(&pub->lock);
 		pp->sent -= frames;
 		pthread_mutex_unlock(&pub->lock);
