@@ -70,8 +70,8 @@ static void on_gap(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t ne
 	(void)sub;
 	(void)publisher;
 	(void)next_seq;
-	r->gap_events++;
-	r->gap_lost += lost;
+	__atomic_fetch_add(&r->gap_events, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&r->gap_lost, lost, __ATOMIC_RELAXED);
 }
 
 static int subscriber(void *arg)
@@ -116,11 +116,17 @@ static int subscriber(void *arg)
 		fprintf(stderr, "[b] sub%u: publisher never finished\n", i);
 		return 7;
 	}
-	/* the publisher's heartbeat reports the tail: until all is accounted */
+	/* the publisher's heartbeat reports the tail: until all is accounted
+	 * and the callbacks have caught up with the counters (delivered is
+	 * counted before on_msg runs, a gap when it is found: on_gap after) */
 	t0 = vbt_now_ms();
 	for (;;) {
 		vb_sub_stats(sub, &ss);
-		if (ss.delivered + ss.lost >= final - r.first + 1 || vbt_now_ms() - t0 > 30000)
+		if ((ss.delivered + ss.lost >= final - r.first + 1 &&
+		     ss.delivered == __atomic_load_n(&r.got, __ATOMIC_ACQUIRE) &&
+		     ss.lost == __atomic_load_n(&r.gap_lost, __ATOMIC_RELAXED) &&
+		     ss.gaps == __atomic_load_n(&r.gap_events, __ATOMIC_RELAXED)) ||
+		    vbt_now_ms() - t0 > 30000)
 			break;
 		usleep(20000);
 	}

@@ -90,17 +90,21 @@ static void on_gap(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t ne
 	(void)publisher;
 	(void)next;
 	__atomic_fetch_add(&r->lost_cb, lost, __ATOMIC_RELAXED);
-	r->gaps_cb++;
+	__atomic_fetch_add(&r->gaps_cb, 1, __ATOMIC_RELAXED);
 }
 
-/* Until every message is accounted for, or 60 s without progress. */
-static void wait_accounted(vb_sub_t *sub, vb_sub_stats_t *st)
+/* Until every message is accounted for and every gap counted has reached
+ * on_gap (a gap is counted when it is found, its callback runs after, and
+ * vb_sub_destroy drops one still queued), or 60 s without progress. */
+static void wait_accounted(vb_sub_t *sub, vb_sub_stats_t *st, const struct rx *r)
 {
 	uint64_t t0 = vbt_now_ms(), seen = 0;
 
 	for (;;) {
 		vb_sub_stats(sub, st);
-		if (st->delivered + st->lost >= n_msgs)
+		if (st->delivered + st->lost >= n_msgs &&
+		    st->lost == __atomic_load_n(&r->lost_cb, __ATOMIC_RELAXED) &&
+		    st->gaps == __atomic_load_n(&r->gaps_cb, __ATOMIC_RELAXED))
 			break;
 		if (st->delivered + st->lost != seen) {
 			seen = st->delivered + st->lost;
@@ -173,7 +177,7 @@ static int subscriber(void *arg)
 		fprintf(stderr, "sub %d: connect: %s\n", idx, vb_errmsg());
 		return 13;
 	}
-	wait_accounted(sub, &st);
+	wait_accounted(sub, &st, &r);
 	vb_sub_destroy(sub); /* no callback runs after it: r is final */
 	snprintf(who, sizeof(who), "sub %d", idx);
 	ok = sub_ok(who, &st, &r);
@@ -285,7 +289,7 @@ static void run(int mcast)
 	       (unsigned long long)n_msgs, (unsigned long long)(vbt_now_ms() - t0),
 	       (unsigned long long)eagain);
 
-	wait_accounted(selfsub, &sst);
+	wait_accounted(selfsub, &sst, &selfr);
 	assert_int_equal(vb_sub_destroy(selfsub), 0);
 	assert_true(sub_ok("self sub", &sst, &selfr));
 	for (int i = 0; i < NSUBS; i++) {

@@ -62,7 +62,7 @@ static void on_gap(vb_sub_t *sub, uint32_t publisher, uint64_t lost, uint64_t ne
 	struct rx *r = arg;
 
 	__atomic_fetch_add(&r->lost_cb, lost, __ATOMIC_RELAXED);
-	r->gaps_cb++;
+	__atomic_fetch_add(&r->gaps_cb, 1, __ATOMIC_RELAXED);
 }
 
 static int subscriber(void *arg)
@@ -101,11 +101,15 @@ static int subscriber(void *arg)
 		fprintf(stderr, "sub %d: connect: %s\n", idx, vb_errmsg());
 		return 13;
 	}
-	/* until everything is accounted for, or 60 s without progress */
+	/* until everything is accounted for and every gap counted has reached
+	 * on_gap (a gap is counted when it is found, its callback runs after:
+	 * vb_sub_destroy drops one still queued), or 60 s without progress */
 	t0 = vbt_now_ms();
 	for (uint64_t seen = 0;;) {
 		vb_sub_stats(sub, &st);
-		if (st.delivered + st.lost >= n_msgs)
+		if (st.delivered + st.lost >= n_msgs &&
+		    st.lost == __atomic_load_n(&r.lost_cb, __ATOMIC_RELAXED) &&
+		    st.gaps == __atomic_load_n(&r.gaps_cb, __ATOMIC_RELAXED))
 			break;
 		if (st.delivered + st.lost != seen) {
 			seen = st.delivered + st.lost;
