@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/bitmap.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/mempool_priv.h"
@@ -74,55 +75,15 @@ void vbi_mp_radix_free(struct vbi_mempool *p)
 
 /* ---- page bitmaps (pool->lock) --------------------------------------------- */
 
-static inline bool bit_get(const uint64_t *b, unsigned i)
-{
-	return (b[i >> 6] >> (i & 63)) & 1;
-}
-
-static void bits_set(uint64_t *b, unsigned from, unsigned n, bool on)
-{
-	for (unsigned i = from; i < from + n; i++) {
-		if (on)
-			b[i >> 6] |= 1ull << (i & 63);
-		else
-			b[i >> 6] &= ~(1ull << (i & 63));
-	}
-}
-
-/*
- * Best fit: the smallest run of clear pages that holds @n pages starting at a
- * multiple of @step. Sets *@run to its length; returns its first usable page,
- * or -1 when none fits.
- */
+/* Best fit in chunk @c (core/bitmap.h): -1 at once when it has too few
+ * clear pages. */
 static long bits_best_fit(const struct mp_chunk *c, unsigned n, unsigned step, unsigned *run)
 {
-	long best = -1;
-	unsigned best_len = ~0u, i = 0;
-
-	if (c->npages - c->used < n)
+	if (c->npages - c->used < n) {
+		*run = ~0u;
 		return -1;
-	while (i < c->npages) {
-		unsigned s, start;
-
-		if (!(~c->bits[i >> 6] >> (i & 63))) { /* rest of the word is used */
-			i = (i | 63) + 1;
-			continue;
-		}
-		if (bit_get(c->bits, i)) {
-			i++;
-			continue;
-		}
-		s = i;
-		while (i < c->npages && !bit_get(c->bits, i))
-			i++;
-		start = (s + step - 1) / step * step;
-		if (start + n <= i && i - s < best_len) {
-			best_len = i - s;
-			best = start;
-		}
 	}
-	*run = best_len;
-	return best;
+	return vbi_bits_best_fit(c->bits, c->npages, n, step, run);
 }
 
 /* ---- chunks ------------------------------------------------------------------ */
@@ -376,7 +337,7 @@ static void *mp_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size, siz
 			return NULL; /* unlocked; vbi_mp_hook_rc says why */
 		at = bits_best_fit(c, n, step, &(unsigned){ 0 });
 	}
-	bits_set(c->bits, (unsigned)at, n, true);
+	vbi_bits_set(c->bits, (unsigned)at, n, true);
 	c->used += n;
 	c->kind = kind;
 	fresh = (unsigned)at >= c->hwm;
@@ -407,7 +368,7 @@ static bool mp_extent_give_back(struct vbi_mempool *p, void *addr, size_t size)
 	at = (unsigned)(((uintptr_t)addr - c->base) >> MP_PAGE_SHIFT);
 	n = (unsigned)(size >> MP_PAGE_SHIFT);
 	pthread_mutex_lock(&p->lock);
-	bits_set(c->bits, at, n, false);
+	vbi_bits_set(c->bits, at, n, false);
 	c->used -= n;
 	pthread_mutex_unlock(&p->lock);
 	return false;
