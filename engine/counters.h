@@ -67,16 +67,22 @@ static inline void vbi_st_last_max(atomic_uint_fast64_t *last, atomic_uint_fast6
 		;
 }
 
+/* Counter @c moved by @n in direction @dir: 1 counts, -1 takes a count
+ * back (a SEND counted before its post whose post failed). Any thread. */
+static inline void vbi_st_step(atomic_uint_fast64_t *c, int dir, uint64_t n)
+{
+	/* unsigned wrap-around: -1 * n subtracts n */
+	atomic_fetch_add_explicit(c, (uint64_t)(int64_t)dir * n, memory_order_relaxed);
+}
+
 /* A SEND counted in @st before it is posted (@dir 1), or taken back when
  * the post failed (@dir -1), @inl when it goes inline: a vb_ctx_stats()
  * snapshot taken once the peer has the SEND includes it. Any thread. */
 static inline void vbi_st_count_send(struct vbi_ctx_counters *st, bool inl, int dir)
 {
-	uint64_t d = (uint64_t)(int64_t)dir; /* wraps: -1 subtracts */
-
 	if (inl)
-		atomic_fetch_add_explicit(&st->inline_sends, d, memory_order_relaxed);
-	atomic_fetch_add_explicit(&st->sends_posted, d, memory_order_relaxed);
+		vbi_st_step(&st->inline_sends, dir, 1);
+	vbi_st_step(&st->sends_posted, dir, 1);
 }
 
 #endif

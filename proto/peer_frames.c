@@ -403,13 +403,13 @@ int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tai
 void vbi_peer_acks_count(struct vbi_peer *p, struct vbi_rxs *upto, int dir)
 {
 	struct vbi_ctx_counters *st = p->node->ctx->st;
-	uint64_t d = (uint64_t)(int64_t)dir, naks = 0; /* wraps: -1 subtracts */
+	uint64_t naks = 0;
 
 	for (const struct vbi_rxs *r = p->dirty; r && r != upto; r = r->next_dirty)
 		naks += r->nak_pending;
 	if (naks)
-		atomic_fetch_add_explicit(&st->naks_sent, d * naks, memory_order_relaxed);
-	atomic_fetch_add_explicit(&st->acks_sent, d, memory_order_relaxed);
+		vbi_st_step(&st->naks_sent, dir, naks);
+	vbi_st_step(&st->acks_sent, dir, 1);
 }
 
 /* The ACKs built by vbi_peer_build_acks() were posted on @l (and counted:

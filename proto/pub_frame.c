@@ -15,6 +15,16 @@
 
 /* ---- ORDERED: framing queued messages to a peer --------------------------------------- */
 
+/* Count (@dir 1) or take back (@dir -1) the frames of a SEND: a BATCH of
+ * @frames frames (@compact: its compact header), or a DATA fragment (1). */
+static void frame_count(struct vb_ctx *ctx, uint32_t frames, bool compact, int dir)
+{
+	if (frames && compact)
+		vbi_st_step(&ctx->st->compact_batches, dir, 1);
+	vbi_st_step(&ctx->st->frames_sent, dir, frames);
+	if (frames > 1)
+		vbi_st_step(&ctx->st->batched_frames, dir, frames);
+}
 
 /* The next fragment of @m (a message that does not fit one SEND, or one
  * already begun) in ring entry @s: registered header + zero-copy slice of
@@ -63,13 +73,13 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		wr.flags = VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
 	}
-	/* counted before the post (as frame_count's): taken back if it fails */
+	/* counted before the post, taken back if it fails (as a BATCH's) */
 	vbi_st_count_send(ctx->st, false, 1);
-	atomic_fetch_add_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
+	frame_count(ctx, 1, false, 1);
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc) {
 		vbi_st_count_send(ctx->st, false, -1);
-		atomic_fetch_sub_explicit(&ctx->st->frames_sent, 1, memory_order_relaxed);
+		frame_count(ctx, 1, false, -1);
 		if (s->msg) {
 			s->msg = NULL;
 			vbi_msg_put(m);
@@ -88,19 +98,6 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 	}
 	pthread_mutex_unlock(&pub->lock);
 	return 1;
-}
-
-/* Count (@dir 1) or take back (@dir -1) a BATCH SEND of @frames frames. */
-static void frame_count(struct vb_ctx *ctx, uint32_t frames, bool compact, int dir)
-{
-	uint64_t d = (uint64_t)(int64_t)dir; /* wraps: -1 subtracts */
-
-	if (frames && compact)
-		atomic_fetch_add_explicit(&ctx->st->compact_batches, d, memory_order_relaxed);
-	atomic_fetch_add_explicit(&ctx->st->frames_sent, d * frames, memory_order_relaxed);
-	if (frames > 1)
-		atomic_fetch_add_explicit(&ctx->st->batched_frames, d * frames,
-					  memory_order_relaxed);
 }
 
 /* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked,
