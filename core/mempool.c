@@ -79,6 +79,7 @@ static void mp_fold(struct mp_thread *dst, const struct mp_thread *src)
 	dst->frees += __atomic_load_n(&src->frees, RELAXED);
 	dst->eagain += __atomic_load_n(&src->eagain, RELAXED);
 	dst->bytes += __atomic_load_n(&src->bytes, RELAXED);
+	dst->mag_allocs += __atomic_load_n(&src->mag_allocs, RELAXED);
 	for (unsigned i = 0; i < VBI_MEMPOOL_NCLASSES; i++)
 		dst->class_allocs[i] += __atomic_load_n(&src->class_allocs[i], RELAXED);
 }
@@ -94,6 +95,115 @@ static void mp_unlink(struct mp_thread *t)
 	t->next = t->prev = NULL;
 }
 
+/* ---- magazines (mempool_priv.h) ------------------------------------------------------ */
+
+/* Free the magazines of @t themselves; their buffers are freed already, or
+ * went with their pool's arena. */
+static void mp_mags_drop(struct mp_thread *t)
+{
+	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
+		free(t->mag[i]);
+		t->mag[i] = NULL;
+	}
+}
+
+/* Hand the buffers in @m (class @idx) back to jemalloc with @dflags. */
+static void mp_mag_empty(struct mp_mag *m, unsigned idx, int dflags)
+{
+	size_t csize = vbi_mempool_class_size(idx);
+
+	for (unsigned k = 0; k < m->n; k++)
+		sdallocx(m->round[k], csize, dflags);
+	m->n = 0;
+}
+
+/* Everything cached that jemalloc counts as allocated goes back to it: the
+ * buffers of @t's magazines (@t: the calling thread's record, or NULL) into
+ * its thread cache, and the depot's straight to the arena; before a purge
+ * (shrink, reserve, a refused allocation). Any thread. */
+static void mp_cached_flush(struct vbi_mempool *p, struct mp_thread *t)
+{
+	struct mp_mag *full[MP_MAG_CLASSES * MP_DEPOT_FULL];
+	unsigned nfull = 0, cls[MP_MAG_CLASSES * MP_DEPOT_FULL];
+
+	if (t && !t->shared)
+		for (unsigned i = 0; i < MP_MAG_CLASSES; i++)
+			if (t->mag[i])
+				mp_mag_empty(t->mag[i], i, t->dflags);
+	pthread_mutex_lock(&p->depot_lock);
+	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
+		struct mp_depot *d = &p->depot[i];
+
+		while (d->nfull) {
+			cls[nfull] = i;
+			full[nfull++] = d->full[--d->nfull];
+		}
+	}
+	pthread_mutex_unlock(&p->depot_lock);
+	for (unsigned k = 0; k < nfull; k++) {
+		mp_mag_empty(full[k], cls[k], MALLOCX_TCACHE_NONE);
+		free(full[k]);
+	}
+}
+
+/* The slow half of a magazine allocation: @t's magazine of class @idx is
+ * empty (or missing); swap it for a full one from the depot. Returns a
+ * buffer, or NULL when the depot has none (the caller asks jemalloc). */
+static void *mp_mag_reload(struct vbi_mempool *p, struct mp_thread *t, unsigned idx)
+{
+	struct mp_depot *d = &p->depot[idx];
+	struct mp_mag *m = t->mag[idx], *full = NULL;
+
+	pthread_mutex_lock(&p->depot_lock);
+	if (d->nfull) {
+		full = d->full[--d->nfull];
+		if (m && !d->spare) {
+			d->spare = m; /* empty: for the next thread that deposits */
+			m = NULL;
+		}
+	}
+	pthread_mutex_unlock(&p->depot_lock);
+	if (!full)
+		return NULL;
+	free(m);
+	t->mag[idx] = full;
+	return full->round[--full->n];
+}
+
+/* The slow half of a magazine free: @t's magazine of class @idx is full (or
+ * missing). A full one goes to the depot for an empty one; when the depot
+ * is full, its buffers go back to jemalloc instead. Returns false if @addr
+ * could not be kept (no memory for a magazine): the caller frees it. */
+static bool mp_mag_deposit(struct vbi_mempool *p, struct mp_thread *t, unsigned idx, void *addr)
+{
+	struct mp_depot *d = &p->depot[idx];
+	struct mp_mag *m = t->mag[idx], *empty = NULL;
+	bool kept = false;
+
+	if (m) {
+		pthread_mutex_lock(&p->depot_lock);
+		if (d->nfull < MP_DEPOT_FULL) {
+			d->full[d->nfull++] = m;
+			empty = d->spare;
+			d->spare = NULL;
+			kept = true;
+		}
+		pthread_mutex_unlock(&p->depot_lock);
+		if (!kept) {
+			mp_mag_empty(m, idx, t->dflags);
+			empty = m;
+		}
+	}
+	if (!empty && !(empty = malloc(sizeof(*empty)))) {
+		t->mag[idx] = NULL;
+		return false;
+	}
+	empty->n = 0;
+	empty->round[empty->n++] = addr;
+	t->mag[idx] = empty;
+	return true;
+}
+
 /* Retire this thread's records (pthread key destructor). */
 static void mp_thread_exit(void *unused)
 {
@@ -104,11 +214,15 @@ static void mp_thread_exit(void *unused)
 		if (!t)
 			continue;
 		if (t->pool) {
+			for (unsigned c = 0; c < MP_MAG_CLASSES; c++)
+				if (t->mag[c])
+					mp_mag_empty(t->mag[c], c, t->dflags);
 			if (t->has_tc)
 				mallctl("tcache.destroy", NULL, NULL, &t->tc, sizeof(t->tc));
 			mp_fold(&t->pool->retired, t);
 			mp_unlink(t);
 		}
+		mp_mags_drop(t);
 		free(t);
 		memset(&mp_tls[i], 0, sizeof(mp_tls[i]));
 	}
@@ -132,6 +246,7 @@ static struct mp_thread *mp_thread_slow(struct vbi_mempool *p)
 		struct mp_tls_ent *e = &mp_tls[i];
 
 		if (e->rec && !e->rec->pool) { /* its pool was destroyed */
+			mp_mags_drop(e->rec);
 			free(e->rec);
 			memset(e, 0, sizeof(*e));
 		}
@@ -163,12 +278,20 @@ static struct mp_thread *mp_thread_slow(struct vbi_mempool *p)
 	return t;
 }
 
-static inline struct mp_thread *mp_thread_get(struct vbi_mempool *p)
+/* The calling thread's record on @p, or NULL if it has none yet. */
+static inline struct mp_thread *mp_thread_find(const struct vbi_mempool *p)
 {
 	for (unsigned i = 0; i < MP_TLS_SLOTS; i++)
 		if (mp_tls[i].pool == p && mp_tls[i].id == p->id)
 			return mp_tls[i].rec;
-	return mp_thread_slow(p);
+	return NULL;
+}
+
+static inline struct mp_thread *mp_thread_get(struct vbi_mempool *p)
+{
+	struct mp_thread *t = mp_thread_find(p);
+
+	return likely(t != NULL) ? t : mp_thread_slow(p);
 }
 
 /* Single-writer counter: relaxed load + store (no locked instruction). */
@@ -207,6 +330,16 @@ void vbi_mp_threads_release(struct vbi_mempool *p)
 	}
 	p->threads = NULL;
 	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_lock(&p->depot_lock);
+	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
+		struct mp_depot *d = &p->depot[i];
+
+		while (d->nfull)
+			free(d->full[--d->nfull]);
+		free(d->spare);
+		d->spare = NULL;
+	}
+	pthread_mutex_unlock(&p->depot_lock);
 }
 
 /* ---- hot path --------------------------------------------------------------------- */
@@ -254,7 +387,9 @@ static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csiz
 	 */
 	if (vbi_mp_hook_rc == MP_NEED_GROW || vbi_mp_hook_rc == -EAGAIN) {
 		/* This thread's cache holds freed buffers (up to 32 KiB) whose
-		 * extents a purge cannot take back until they are flushed. */
+		 * extents a purge cannot take back until they are flushed; so
+		 * do the magazines. */
+		mp_cached_flush(p, t);
 		if (t->has_tc)
 			mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
 		mp_arena_purge(p);
@@ -294,7 +429,19 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 	idx = vbi_mempool_class_of(size);
 	csize = vbi_mempool_class_size(idx); /* a multiple of 64: buffers are 64-aligned */
 	t = mp_thread_get(p);
-	m = mallocx(csize, t->aflags);
+	m = NULL;
+	if (likely(idx < MP_MAG_CLASSES && !t->shared)) {
+		struct mp_mag *mg = t->mag[idx];
+
+		if (likely(mg && mg->n))
+			m = mg->round[--mg->n];
+		else
+			m = mp_mag_reload(p, t, idx);
+		if (m)
+			thr_add(&t->mag_allocs, 1);
+	}
+	if (!m)
+		m = mallocx(csize, t->aflags);
 	if (unlikely(!m)) {
 		rc = mp_alloc_fail(p, t, csize, &m);
 		if (rc)
@@ -333,7 +480,19 @@ static inline int mp_free(struct vbi_mempool *p, void *addr, size_t usize)
 			       addr);
 	if (!usize)
 		usize = sallocx(addr, 0);
-	sdallocx(addr, usize, t->dflags);
+	if (likely(!t->shared)) {
+		unsigned idx = vbi_mempool_class_of(usize);
+		struct mp_mag *mg;
+
+		if (idx >= MP_MAG_CLASSES)
+			sdallocx(addr, usize, t->dflags);
+		else if (likely((mg = t->mag[idx]) && mg->n < MP_MAG_ROUNDS))
+			mg->round[mg->n++] = addr;
+		else if (!mp_mag_deposit(p, t, idx, addr))
+			sdallocx(addr, usize, t->dflags);
+	} else {
+		sdallocx(addr, usize, t->dflags);
+	}
 	if (likely(!t->shared)) {
 		thr_add(&t->frees, 1);
 		thr_add(&t->bytes, (uint64_t)0 - usize);
@@ -404,11 +563,9 @@ int vbi_mempool_inflight_put(struct vbi_mempool *p, const void *addr)
 
 int vbi_mempool_shrink(struct vbi_mempool *p)
 {
-	struct mp_thread *t = NULL;
+	struct mp_thread *t = mp_thread_find(p);
 
-	for (unsigned i = 0; i < MP_TLS_SLOTS; i++)
-		if (mp_tls[i].pool == p && mp_tls[i].id == p->id)
-			t = mp_tls[i].rec;
+	mp_cached_flush(p, t);
 	if (t && t->has_tc)
 		mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
 	mp_arena_purge(p);
@@ -419,7 +576,15 @@ int vbi_mempool_reserve(struct vbi_mempool *p, size_t bytes)
 {
 	if (__atomic_load_n(&p->detached, __ATOMIC_ACQUIRE))
 		return vbi_err(-ENODEV, "%s: detached from its device (removed)", p->name);
-	/* what jemalloc caches of freed extents counts as free once purged */
+	/* what jemalloc caches of freed extents counts as free once purged,
+	 * and so does what the depot and this thread's magazines hold */
+	{
+		struct mp_thread *t = mp_thread_find(p);
+
+		mp_cached_flush(p, t);
+		if (t && t->has_tc)
+			mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
+	}
 	mp_arena_purge(p);
 	return vbi_mp_reserve_pages(p, (bytes + MP_PAGE - 1) >> MP_PAGE_SHIFT);
 }
@@ -457,6 +622,7 @@ int vbi_mempool_stats(struct vbi_mempool *p, struct vbi_mempool_stats *st)
 	pthread_mutex_unlock(&p->lock);
 
 	st->allocs = sum.allocs;
+	st->mag_allocs = sum.mag_allocs;
 	st->frees = sum.frees;
 	st->backpressure = sum.eagain;
 	st->bytes_in_use = (size_t)sum.bytes;

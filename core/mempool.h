@@ -124,6 +124,7 @@ struct vbi_mempool_stats {
 	uint64_t registrations;         /* reg callbacks that succeeded, so far */
 	uint64_t deregistrations;
 	uint64_t allocs, frees;
+	uint64_t mag_allocs;            /* allocs served by a magazine (no jemalloc call) */
 	uint64_t backpressure;          /* allocs that returned -EAGAIN */
 	uint64_t tcache_fallbacks;      /* threads served without a thread cache */
 	unsigned inflight;              /* sum of chunk in-flight counts */

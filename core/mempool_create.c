@@ -102,6 +102,7 @@ static void mp_free_meta(struct vbi_mempool *p)
 	free(p->bitmaps);
 	free(p->chunks);
 	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->depot_lock);
 	free(p);
 }
 
@@ -126,6 +127,7 @@ int vbi_mempool_create(const struct vbi_mempool_attr *attr, const struct vbi_mem
 	if (!p)
 		return vbi_err(-ENOMEM, "mempool: out of memory");
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->depot_lock, NULL);
 	p->attr = *attr;
 	snprintf(p->name, sizeof(p->name), "%s", attr->name ? attr->name : "mempool");
 	p->attr.name = p->name;

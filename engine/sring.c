@@ -34,8 +34,10 @@ int vbi_msg_new(struct vbi_mempool *pool, struct vbi_devres *dr, size_t need,
 
 void vbi_msg_put(struct vbi_msg *m)
 {
+	/* the descriptor heads the block; its size (what vbi_msg_new asked
+	 * for) spares the pool a size lookup */
 	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
-		vbi_mempool_free(m->pool, m); /* the descriptor heads the block */
+		vbi_mempool_free_sized(m->pool, m, VBI_MSG_DESC + m->buf.len);
 }
 
 /* ---- send rings ------------------------------------------------------------------ */

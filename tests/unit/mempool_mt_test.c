@@ -312,6 +312,53 @@ static void test_concurrent_churn_with_shrink(void **state)
 	assert_int_equal(vbi_mempool_destroy(p), 0);
 }
 
+/* Buffers freed on one thread come back to the thread that allocates
+ * through the depot: B frees 64 buffers A allocated and exits (its loaded
+ * magazine of 32 goes back to jemalloc; the full one it deposited stays);
+ * A's next 64 allocations take 32 from the depot, then ask jemalloc. */
+struct handoff {
+	struct vbi_mempool *pool;
+	struct vbi_buf b[64];
+	long bad;
+};
+
+static void *free_all(void *arg)
+{
+	struct handoff *h = arg;
+
+	for (int i = 0; i < 64; i++)
+		if (vbi_mempool_free(h->pool, h->b[i].addr))
+			h->bad++;
+	return NULL;
+}
+
+static void test_depot_handoff(void **state)
+{
+	struct recorder r = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct handoff h = { .pool = pool_new(&r, 8 * MiB) };
+	struct vbi_mempool_stats st;
+	pthread_t t;
+
+	(void)state;
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(vbi_mempool_alloc(h.pool, 200, &h.b[i]), 0);
+	assert_int_equal(pthread_create(&t, NULL, free_all, &h), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(h.bad, 0);
+	assert_int_equal(vbi_mempool_stats(h.pool, &st), 0);
+	assert_int_equal(st.mag_allocs, 0);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(vbi_mempool_alloc(h.pool, 200, &h.b[i]), 0);
+	assert_int_equal(vbi_mempool_stats(h.pool, &st), 0);
+	assert_int_equal(st.mag_allocs, 32);
+	assert_int_equal(st.allocs, 128);
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(vbi_mempool_free(h.pool, h.b[i].addr), 0);
+	assert_int_equal(vbi_mempool_shrink(h.pool), r.nreg);
+	assert_int_equal(r.ndereg, r.nreg);
+	assert_int_equal(vbi_mempool_destroy(h.pool), 0);
+}
+
 /* A thread that used a pool may outlive it, and a new pool may reuse the
  * old one's address: the thread gets a fresh cache for the new pool. */
 static void *two_pools(void *arg)
@@ -356,6 +403,7 @@ int main(void)
 		cmocka_unit_test(test_cross_thread_free),
 		cmocka_unit_test(test_concurrent_churn_with_shrink),
 		cmocka_unit_test(test_pools_come_and_go),
+		cmocka_unit_test(test_depot_handoff),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,8 @@
  * core/mempool on the host, with a registration callback that records every
  * call: size classes, O(1) lkey lookup (interior and outside addresses), the
  * cap and back-pressure, access flags, shrink releasing only idle chunks with
- * no in-flight WR, and no registration after warm-up over 1M mixed-size
- * alloc/free.
+ * no in-flight WR, no registration after warm-up over 1M mixed-size
+ * alloc/free, and the magazines of freed small buffers.
  */
 #include <errno.h>
 #include <jemalloc/jemalloc.h>
@@ -564,6 +564,64 @@ static void test_reserve_ahead(void **state)
 	free(r);
 }
 
+/* Magazines (mempool_priv.h): a small buffer freed is handed out again by
+ * the same thread with no jemalloc call; what the magazines and the depot
+ * hold goes back to jemalloc before a shrink (every chunk released once
+ * everything is freed) and before a refused allocation's retry (another
+ * class gets the room). */
+static void test_magazines(void **state)
+{
+	struct recorder *r = rec_new();
+	struct vbi_mempool *p = pool_new(r, 4 * MiB, VB_ACCESS_LOCAL_WRITE);
+	struct vbi_mempool_stats st;
+	enum { MAX = 5 * MiB / 256 };
+	struct vbi_buf a, *b = calloc(MAX, sizeof(*b));
+	size_t n1 = 0, n2 = 0;
+
+	(void)state;
+	assert_non_null(b);
+	assert_int_equal(vbi_mempool_alloc(p, 200, &a), 0);
+	assert_int_equal(vbi_mempool_free(p, a.addr), 0);
+	assert_int_equal(vbi_mempool_alloc(p, 200, &b[0]), 0);
+	assert_ptr_equal(b[0].addr, a.addr);
+	assert_int_equal(b[0].lkey, a.lkey);
+	assert_int_equal(vbi_mempool_stats(p, &st), 0);
+	assert_int_equal(st.mag_allocs, 1);
+	assert_int_equal(vbi_mempool_free(p, b[0].addr), 0);
+
+	/* 256-byte buffers to the cap (4 MiB); all freed; a shrink
+	 * releases every chunk */
+	while (n1 < MAX && vbi_mempool_alloc(p, 256, &b[n1]) == 0)
+		n1++;
+	assert_true(n1 > MAX / 2); /* most of the 4 MiB */
+	assert_true(n1 < MAX); /* the cap stopped it */
+	for (size_t i = 0; i < n1; i++)
+		assert_int_equal(vbi_mempool_free(p, b[i].addr), 0);
+	assert_int_equal(vbi_mempool_shrink(p), r->nreg);
+	assert_int_equal(r->ndereg, r->nreg);
+
+	/* to the cap again, freed: 1 KiB buffers take the same room (the
+	 * refused allocation empties the magazines before it retries) */
+	n1 = 0;
+	while (n1 < MAX && vbi_mempool_alloc(p, 256, &b[n1]) == 0)
+		n1++;
+	for (size_t i = 0; i < n1; i++)
+		assert_int_equal(vbi_mempool_free(p, b[i].addr), 0);
+	while (n2 < MAX && vbi_mempool_alloc(p, 1024, &b[n2]) == 0)
+		n2++;
+	print_message("      to the cap: %zu buffers of 256 B, then %zu of 1 KiB\n", n1, n2);
+	assert_true(n2 * 1024 >= n1 * 256);
+	for (size_t i = 0; i < n2; i++)
+		assert_int_equal(vbi_mempool_free(p, b[i].addr), 0);
+	assert_int_equal(vbi_mempool_stats(p, &st), 0);
+	assert_int_equal(st.allocs, st.frees);
+	assert_int_equal(st.bytes_in_use, 0);
+	assert_int_equal(vbi_mempool_destroy(p), 0);
+	assert_int_equal(r->ndereg, r->nreg);
+	free(b);
+	free(r);
+}
+
 static void test_stats_and_pages(void **state)
 {
 	struct recorder *r = rec_new();
@@ -634,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_detach_on_device_removal),
 		cmocka_unit_test(test_no_registration_after_warmup),
 		cmocka_unit_test(test_reserve_ahead),
+		cmocka_unit_test(test_magazines),
 		cmocka_unit_test(test_stats_and_pages),
 		cmocka_unit_test(test_env_overrides),
 	};
