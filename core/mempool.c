@@ -97,6 +97,18 @@ static void mp_unlink(struct mp_thread *t)
 
 /* ---- magazines (mempool_priv.h) ------------------------------------------------------ */
 
+/* A depot's count of full magazines: written under depot_lock, read also
+ * without it (mp_mag_reload's look before it locks). */
+static inline unsigned mp_depot_count(const struct mp_depot *d)
+{
+	return __atomic_load_n(&d->nfull, RELAXED);
+}
+
+static inline void mp_depot_set(struct mp_depot *d, unsigned n)
+{
+	__atomic_store_n(&d->nfull, n, RELAXED);
+}
+
 /* Free the magazines of @t themselves; their buffers are freed already, or
  * went with their pool's arena. */
 static void mp_mags_drop(struct mp_thread *t)
@@ -134,10 +146,11 @@ static void mp_cached_flush(struct vbi_mempool *p, struct mp_thread *t)
 	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
 		struct mp_depot *d = &p->depot[i];
 
-		while (d->nfull) {
+		for (unsigned k = mp_depot_count(d); k; k--) {
 			cls[nfull] = i;
-			full[nfull++] = d->full[--d->nfull];
+			full[nfull++] = d->full[k - 1];
 		}
+		mp_depot_set(d, 0);
 	}
 	pthread_mutex_unlock(&p->depot_lock);
 	for (unsigned k = 0; k < nfull; k++) {
@@ -154,9 +167,13 @@ static void *mp_mag_reload(struct vbi_mempool *p, struct mp_thread *t, unsigned 
 	struct mp_depot *d = &p->depot[idx];
 	struct mp_mag *m = t->mag[idx], *full = NULL;
 
+	/* nothing there (a publisher running ahead of the frees): no lock */
+	if (!mp_depot_count(d))
+		return NULL;
 	pthread_mutex_lock(&p->depot_lock);
-	if (d->nfull) {
-		full = d->full[--d->nfull];
+	if (mp_depot_count(d)) {
+		full = d->full[mp_depot_count(d) - 1];
+		mp_depot_set(d, mp_depot_count(d) - 1);
 		if (m && !d->spare) {
 			d->spare = m; /* empty: for the next thread that deposits */
 			m = NULL;
@@ -182,8 +199,9 @@ static bool mp_mag_deposit(struct vbi_mempool *p, struct mp_thread *t, unsigned 
 
 	if (m) {
 		pthread_mutex_lock(&p->depot_lock);
-		if (d->nfull < MP_DEPOT_FULL) {
-			d->full[d->nfull++] = m;
+		if (mp_depot_count(d) < MP_DEPOT_FULL) {
+			d->full[mp_depot_count(d)] = m;
+			mp_depot_set(d, mp_depot_count(d) + 1);
 			empty = d->spare;
 			d->spare = NULL;
 			kept = true;
@@ -334,8 +352,9 @@ void vbi_mp_threads_release(struct vbi_mempool *p)
 	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
 		struct mp_depot *d = &p->depot[i];
 
-		while (d->nfull)
-			free(d->full[--d->nfull]);
+		for (unsigned k = mp_depot_count(d); k; k--)
+			free(d->full[k - 1]);
+		mp_depot_set(d, 0);
 		free(d->spare);
 		d->spare = NULL;
 	}

@@ -88,7 +88,7 @@ struct mp_mag {
  * thread that deposits. pool->depot_lock. */
 struct mp_depot {
 	struct mp_mag *full[MP_DEPOT_FULL];
-	unsigned nfull;
+	unsigned nfull; /* atomic (relaxed): also read without the lock */
 	struct mp_mag *spare;
 };
 
