@@ -183,6 +183,19 @@ static int publish_spin(vb_pub_t *pub, const void *buf, size_t len, vb_ctx_t *ct
 
 /* ---- lat --------------------------------------------------------------------------- */
 
+/* VB_BENCH_STATS: what an end of a ping-pong posted over the whole run. */
+static void lat_sends(const char *who, vb_ctx_t *ctx)
+{
+	vb_stats_t cs;
+
+	if (getenv("VB_BENCH_STATS") && vb_ctx_stats(ctx, &cs) == 0)
+		fprintf(stderr, "lat: %s: published %llu, SENDs %llu (frames %llu), ACK-carrying "
+			"%llu, keepalives %llu, heartbeats %llu\n", who,
+			(unsigned long long)cs.published, (unsigned long long)cs.sends_posted,
+			(unsigned long long)cs.frames_sent, (unsigned long long)cs.acks_sent,
+			(unsigned long long)cs.keepalives, (unsigned long long)cs.heartbeats_sent);
+}
+
 struct pong {
 	vb_pub_t *pub;
 	vb_ctx_t *ctx;
@@ -230,6 +243,7 @@ static int ponger(const struct opts *o, uint16_t port)
 		else
 			idle++;
 	}
+	lat_sends("ponger", e.ctx);
 	vb_sub_destroy(sub);
 	vb_pub_destroy(p.pub);
 	end_close(&e);
@@ -349,6 +363,32 @@ static void print_lat(FILE *f, const char *shape, const struct opts *o, size_t s
 		st->p99 / 1e3, st->p999 / 1e3, st->max / 1e3, slow_pct, st->fast_p50 / 1e3);
 }
 
+/* VB_BENCH_STATS: how many round trips had the pinger post a SEND besides
+ * its ping (an ACK, credits, a keepalive), among all of them and among
+ * the slow ones (one-way above 4x the median). */
+static void lat_extra(const uint64_t *samp, const uint8_t *extra, uint64_t n)
+{
+	uint64_t *sorted = malloc(n * sizeof(*sorted)), med, all = 0, slow = 0, slow_x = 0;
+
+	if (!sorted)
+		return;
+	memcpy(sorted, samp, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_u64);
+	med = sorted[n / 2];
+	free(sorted);
+	for (uint64_t i = 0; i < n; i++) {
+		all += extra[i] != 0;
+		if (samp[i] > 4 * med) {
+			slow++;
+			slow_x += extra[i] != 0;
+		}
+	}
+	fprintf(stderr, "lat: round trips with another SEND from the pinger: %llu of %llu; "
+		"slow ones (one-way > %.1f us): %llu, %llu of them with another SEND\n",
+		(unsigned long long)all, (unsigned long long)n, 4 * med / 1e3,
+		(unsigned long long)slow, (unsigned long long)slow_x);
+}
+
 int vb_bench_lat(int argc, char **argv)
 {
 	struct opts o = { .cls = VB_ORDERED, .sizes = { 64 }, .nsizes = 1, .count = 10000,
@@ -364,6 +404,7 @@ int vb_bench_lat(int argc, char **argv)
 	FILE *jf = NULL;
 	uint8_t *buf;
 	uint64_t *samp, *d_pub = NULL, *d_tail = NULL;
+	uint8_t *d_extra = NULL; /* VB_BENCH_STATS: SENDs the pinger posted beyond the ping */
 	struct lat_stats st;
 
 	if (!o.ip)
@@ -401,7 +442,8 @@ int vb_bench_lat(int argc, char **argv)
 	if (getenv("VB_BENCH_STATS")) { /* where a round trip's time goes, pinger side */
 		d_pub = calloc(o.count, sizeof(*d_pub));
 		d_tail = calloc(o.count, sizeof(*d_tail));
-		if (!d_pub || !d_tail)
+		d_extra = calloc(o.count, 1);
+		if (!d_pub || !d_tail || !d_extra)
 			return fprintf(stderr, "lat: out of memory\n"), 1;
 	}
 	if (!buf || !samp)
@@ -418,10 +460,13 @@ int vb_bench_lat(int argc, char **argv)
 		t0 = now_ns();
 		for (uint64_t i = 0; i < o.count + 100; i++) {
 			uint64_t intended = interval ? t0 + i * interval : now_ns(), sent, before, end;
-			uint64_t published;
+			uint64_t published, sends0 = 0;
+			vb_stats_t cs;
 
 			while (interval && now_ns() < intended)
 				vb_progress(e.ctx);
+			if (d_extra && vb_ctx_stats(e.ctx, &cs) == 0)
+				sends0 = cs.sends_posted;
 			sent = now_ns();
 			before = atomic_load(&p.got);
 			if (publish_spin(pub, buf, size, e.ctx, 1))
@@ -445,6 +490,9 @@ int vb_bench_lat(int argc, char **argv)
 				if (d_pub) {
 					d_pub[ns] = published - sent;
 					d_tail[ns] = t - p.cb_ns;
+					if (vb_ctx_stats(e.ctx, &cs) == 0)
+						d_extra[ns] = (uint8_t)(cs.sends_posted - sends0 - 1 > 255 ?
+									255 : cs.sends_posted - sends0 - 1);
 				}
 				samp[ns++] = (t - (interval ? intended : sent)) / 2;
 				if (t > deadline)
@@ -464,6 +512,7 @@ int vb_bench_lat(int argc, char **argv)
 			fprintf(stderr, "lat: pinger's vb_publish() p50 %.2f us p90 %.2f; its pong "
 				"callback -> vb_progress() return p50 %.2f us p90 %.2f\n", a.p50 / 1e3,
 				a.p90 / 1e3, b.p50 / 1e3, b.p90 / 1e3);
+			lat_extra(samp, d_extra, ns);
 		}
 		lat_summary(samp, ns, &st);
 		print_lat(stdout, "lat", &o, size, &st, 0);
@@ -473,6 +522,8 @@ int vb_bench_lat(int argc, char **argv)
 	free(samp);
 	free(d_pub);
 	free(d_tail);
+	free(d_extra);
+	lat_sends("pinger", e.ctx);
 	buf[0] = 0; /* tell the ponger we are done: a 1-byte message */
 	publish_spin(pub, buf, 1, e.ctx, 1);
 	for (int k = 0; k < 10000; k++)
