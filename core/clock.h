@@ -14,7 +14,8 @@ uint64_t vbi_mono_ns(void);
 uint64_t vbi_real_ns(void);
 /* The data path's nanoseconds (TSC-scaled where there is a usable TSC). */
 uint64_t vbi_now_ns(void);
-/* The coarse monotonic clock in milliseconds (a scheduler tick). */
+/* The coarse monotonic clock in milliseconds; its resolution is a scheduler
+ * tick (4 ms at HZ=250), so only for waits much longer than that. */
 uint64_t vbi_now_ms(void);
 
 #endif

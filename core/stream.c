@@ -258,7 +258,14 @@ int vbi_reasm_push(struct vbi_reasm *r, const struct vbi_wire_hdr *h, const void
 	return 1;
 }
 
-bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms)
+/* @since_ns is at least @o->delay_ms before @now_ns (a time in the future
+ * counts as just now). */
+static bool waited(const struct vbi_ack_owed *o, uint64_t since_ns, uint64_t now_ns)
+{
+	return now_ns > since_ns && now_ns - since_ns >= o->delay_ms * 1000000ull;
+}
+
+bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ns)
 {
 	uint32_t credit_batch = o->nslots / 8 ? o->nslots / 8 : 1;
 
@@ -266,5 +273,14 @@ bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms)
 		return false;
 	if (!o->reliable || o->urgent || o->to_return >= credit_batch)
 		return true;
-	return o->streams && (o->delivered >= VBI_ACK_EVERY || now_ms - o->owed_ms >= o->delay_ms);
+	return o->streams && (o->delivered >= VBI_ACK_EVERY || waited(o, o->owed_ns, now_ns));
+}
+
+bool vbi_ack_alone(const struct vbi_ack_owed *o, bool idle, uint64_t now_ns)
+{
+	if (o->urgent || o->to_return >= o->nslots / 4 || o->delivered >= 256)
+		return true;
+	if (!idle || (!o->streams && o->to_return <= 1))
+		return false;
+	return (o->streams && waited(o, o->owed_ns, now_ns)) || waited(o, o->last_rx_ns, now_ns);
 }

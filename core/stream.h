@@ -104,7 +104,11 @@ int vbi_quorum_seq(const uint64_t *acked, unsigned n, unsigned k, uint64_t *out)
 
 /* ---- subscriber: when acknowledgements ride a DATA SEND ---------------- */
 
-/* What a receiving node owes one peer, as vbi_ack_rides() reads it. */
+/* What a receiving node owes one peer, as vbi_ack_rides() and
+ * vbi_ack_alone() read it. Times are the data path's nanoseconds
+ * (vbi_now_ns(): the TSC where there is one), never the coarse clock: its
+ * tick (4 ms on Debian's kernel) is longer than the 2 ms delay, so any tick
+ * made an ACK owed for microseconds look due. */
 struct vbi_ack_owed {
 	bool streams;       /* a stream from the peer has an ACK to send */
 	bool urgent;        /* one must go now: asked for (ACK_REQ, k-of-n), a
@@ -114,7 +118,8 @@ struct vbi_ack_owed {
 	uint32_t to_return; /* receive slots reposted and not yet returned */
 	uint32_t nslots;    /* the lane's receive slots */
 	uint64_t delivered; /* messages delivered since the last ACK went */
-	uint64_t owed_ms;   /* when @streams became true (coarse ms clock) */
+	uint64_t owed_ns;   /* when @streams became true */
+	uint64_t last_rx_ns; /* when data last arrived from the peer */
 	uint64_t delay_ms;  /* how long one may wait (VERBUS_ACK_DELAY_MS) */
 };
 
@@ -124,7 +129,7 @@ struct vbi_ack_owed {
 #define VBI_ACK_DELAY_MS 2u
 
 /*
- * Whether a DATA SEND going to the peer at @now_ms (coarse ms) should carry
+ * Whether a DATA SEND going to the peer at @now_ns should carry
  * the ACKs and credits owed (piggybacked) or leave them for a later one.
  * Over UC/UD every SEND carries them (go-back-N and the publisher's RTO run
  * on them); over RC they are coalesced: they go when urgent, when an eighth
@@ -135,7 +140,18 @@ struct vbi_ack_owed {
  * What is held back goes with a later SEND or on its own (the idle and
  * threshold rules of the progress round). Pure.
  */
-bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ms);
+bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ns);
+
+/*
+ * Whether the per-peer round at @now_ns should send what is owed alone (a
+ * standalone ACK): when urgent, a quarter of the slots wait to be returned,
+ * or 256 messages went unacknowledged; and, when the poll found nothing
+ * (@idle), once an ACK has been owed @o->delay_ms, or credits wait and
+ * nothing has arrived for that long. A lone credit is not returned on its
+ * own: the SEND carrying it would take one of the peer's slots, which it
+ * would return the same way. Pure.
+ */
+bool vbi_ack_alone(const struct vbi_ack_owed *o, bool idle, uint64_t now_ns);
 
 /* ---- subscriber: per-stream sequence tracking -------------------------- */
 

@@ -251,11 +251,11 @@ struct vbi_peer {
 	uint32_t rx_lane_id;     /* data from lanes numbered below is stale
 				  * (progress context) */
 	uint64_t recover_since_ns; /* recovering with no lane since (0: not) */
-	/* The active connection failed (fail_watch) when last_rx_ms was
-	 * rx_ms_at_fail: the peer was heard from since iff last_rx_ms moved
+	/* The active connection failed (fail_watch) when last_rx_ns was
+	 * rx_ns_at_fail: the peer was heard from since iff last_rx_ns moved
 	 * (txlock; the maintenance thread reads them for the dead-peer rule) */
 	bool fail_watch;
-	uint64_t rx_ms_at_fail;
+	uint64_t rx_ns_at_fail;
 	/* when it last returned receive credits (an ACK with some): its
 	 * process is alive and consuming, whatever it acknowledges (a large
 	 * message arrives fragment by fragment); the slow-subscriber check
@@ -329,9 +329,9 @@ struct vbi_peer {
 	 * because any SEND to this peer may carry the ACKs */
 	struct vbi_rxs *dirty;   /* streams with acknowledgements to send */
 	uint64_t delivered_since_ack;
-	uint64_t ack_owed_ms;    /* when dirty last became non-empty (coarse
-				  * ms: vbi_ack_rides) */
-	_Atomic uint64_t last_rx_ms; /* when data last arrived (idle ACK timer,
+	uint64_t ack_owed_ns;    /* when dirty last became non-empty (vbi_now_ns:
+				  * vbi_ack_rides, vbi_ack_alone) */
+	_Atomic uint64_t last_rx_ns; /* when data last arrived, vbi_now_ns (idle ACK timer,
 				      * dead-peer rule): written by the progress
 				      * thread, no lock; relaxed */
 

@@ -411,7 +411,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 			vbi_lane_repost_held(l);
 	}
 	if (l->peer)
-		atomic_store_explicit(&l->peer->last_rx_ms, vbi_now_ms(), memory_order_relaxed);
+		atomic_store_explicit(&l->peer->last_rx_ns, vbi_now_ns(), memory_order_relaxed);
 }
 
 /* Post @l's held receive slots again, in one list: a timed or idle

@@ -371,11 +371,11 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		log_failed(p, l, act, NULL);
 	/* the dead-peer rule (maint_peer): watch from the first failure since
 	 * the peer was last heard from */
-	uint64_t rx_ms = atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed);
+	uint64_t rx_ns = atomic_load_explicit(&p->last_rx_ns, memory_order_relaxed);
 
-	if (!p->fail_watch || rx_ms != p->rx_ms_at_fail) {
+	if (!p->fail_watch || rx_ns != p->rx_ns_at_fail) {
 		p->fail_watch = true;
-		p->rx_ms_at_fail = rx_ms;
+		p->rx_ns_at_fail = rx_ns;
 	}
 	switch (d.action) {
 	case VBI_PATH_SWITCH_TO_STANDBY: {

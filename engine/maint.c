@@ -338,11 +338,11 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 	 * process is gone) or cannot be reached: it is dead, not slow. Give
 	 * it up now rather than after recover_timeout (docs/recovery.md,
 	 * "Detecting a dead peer"). */
-	uint64_t rx_ms = atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed);
+	uint64_t rx_ns = atomic_load_explicit(&p->last_rx_ns, memory_order_relaxed);
 
 	pthread_mutex_lock(&p->txlock);
-	silent = p->fail_watch && rx_ms == p->rx_ms_at_fail &&
-		 vbi_now_ms() - rx_ms >= 2 * (uint64_t)keepalive_or(ctx, 100);
+	silent = p->fail_watch && rx_ns == p->rx_ns_at_fail &&
+		 vbi_now_ns() - rx_ns >= 2 * (uint64_t)keepalive_or(ctx, 100) * 1000000ull;
 	pthread_mutex_unlock(&p->txlock);
 	if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
 		char why[VBI_ERRMSG_MAX + 96];

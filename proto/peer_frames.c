@@ -339,20 +339,28 @@ static uint64_t ack_delay_ms(void)
 	return vbi_cfg_u64_once(VBI_CFG_ACK_DELAY_MS);
 }
 
-bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
+/* What @p owes on its lane @l, for vbi_ack_rides() / vbi_ack_alone().
+ * txlock held. */
+static struct vbi_ack_owed acks_owed(const struct vbi_peer *p, const struct vbi_lane *l)
 {
-	struct vbi_ack_owed o = {
+	return (struct vbi_ack_owed){
 		.streams = p->dirty != NULL,
 		.urgent = acks_urgent(p),
 		.reliable = l->mode == VB_QPT_RC,
 		.to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed),
 		.nslots = l->nslots,
 		.delivered = p->delivered_since_ack,
-		.owed_ms = p->ack_owed_ms,
+		.owed_ns = p->ack_owed_ns,
+		.last_rx_ns = atomic_load_explicit(&p->last_rx_ns, memory_order_relaxed),
 		.delay_ms = ack_delay_ms(),
 	};
+}
 
-	return vbi_ack_rides(&o, o.streams ? vbi_now_ms() : 0);
+bool vbi_peer_acks_ride(struct vbi_peer *p, struct vbi_lane *l)
+{
+	struct vbi_ack_owed o = acks_owed(p, l);
+
+	return vbi_ack_rides(&o, o.streams ? vbi_now_ns() : 0);
 }
 
 /* The ACKs @p owes built into @buf (@cap bytes, at most @l's max_send,
@@ -439,33 +447,22 @@ int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 
 /*
  * The per-peer round (vbi_peer_after_poll, engine), active lane @l with
- * its HELLO received: send a standalone ACK only when one is really due:
- * the publisher asked (k-of-n), a quarter of the slots wait to be
- * returned, 256 messages went unacknowledged, or (@idle: the poll found
- * nothing) an ACK has been owed VERBUS_ACK_DELAY_MS, or credits wait and
- * nothing has arrived for that long. A lone credit is not returned on
- * its own: the ACK carrying it would consume one of the peer's slots,
- * which it would return the same way (ACK ping-pong). txlock held;
+ * its HELLO received: send a standalone ACK only when one is really due
+ * (core/stream.h vbi_ack_alone: the publisher asked (k-of-n), a quarter
+ * of the slots wait to be returned, 256 messages went unacknowledged, or,
+ * @idle: the poll found nothing, an ACK has been owed VERBUS_ACK_DELAY_MS,
+ * or credits wait and nothing has arrived for that long). txlock held;
  * node->lock held for reading (so subscribers, whose streams sit on the
  * dirty list, cannot go away meanwhile). Upcall peer_acks.
  */
 void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool idle)
 {
-	bool urgent = acks_urgent(p), due;
-	unsigned to_return = atomic_load_explicit(&l->to_return, memory_order_relaxed);
+	struct vbi_ack_owed o = acks_owed(p, l);
 
-	due = urgent || to_return >= l->nslots / 4 || p->delivered_since_ack >= 256;
-	if (!due && idle && (p->dirty || to_return > 1)) {
-		uint64_t now = vbi_now_ms();
-
-		/* an owed ACK: from when it became owed (a keepalive arriving
-		 * is no reason to hold it); credits alone: after that long
-		 * with nothing received (they ride on what comes back) */
-		due = (p->dirty && now - p->ack_owed_ms >= ack_delay_ms()) ||
-		      now - atomic_load_explicit(&p->last_rx_ms, memory_order_relaxed) >=
-			      ack_delay_ms();
-	}
-	if (due)
+	/* an owed ACK waits from when it became owed (a keepalive arriving
+	 * is no reason to hold it); credits alone, from the last data
+	 * received (they ride on what comes back) */
+	if (vbi_ack_alone(&o, idle, idle ? vbi_now_ns() : 0))
 		vbi_peer_send_acks(p, l, buf, cap, NULL);
 }

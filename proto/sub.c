@@ -168,7 +168,7 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 		r->nak_pending = true;
 	if (!r->in_dirty) {
 		if (!p->dirty)
-			p->ack_owed_ms = vbi_now_ms();
+			p->ack_owed_ns = vbi_now_ns();
 		r->in_dirty = true;
 		r->next_dirty = p->dirty;
 		p->dirty = r;

@@ -265,57 +265,115 @@ static void test_reassembly(void **state)
 	vbi_reasm_fini(&r);
 }
 
-/* When the ACKs a receiver owes ride the next DATA SEND (vbi_ack_rides). */
+/* When the ACKs a receiver owes ride the next DATA SEND (vbi_ack_rides).
+ * Times in ns: T is "now", MS one millisecond. */
+#define MS 1000000ull
+#define T (100 * MS)
+
 static void test_ack_rides(void **state)
 {
 	struct vbi_ack_owed o = { .reliable = true, .nslots = 256, .delay_ms = VBI_ACK_DELAY_MS };
 
 	(void)state;
-	assert_false(vbi_ack_rides(&o, 100)); /* nothing owed */
+	assert_false(vbi_ack_rides(&o, T)); /* nothing owed */
 	/* RC: one delivery's ACK waits for more, a credit or two as well */
 	o.streams = true;
 	o.delivered = 1;
-	o.owed_ms = 100;
+	o.owed_ns = T;
 	o.to_return = 1;
-	assert_false(vbi_ack_rides(&o, 100));
-	assert_false(vbi_ack_rides(&o, 100 + VBI_ACK_DELAY_MS - 1));
+	assert_false(vbi_ack_rides(&o, T));
+	assert_false(vbi_ack_rides(&o, T + VBI_ACK_DELAY_MS * MS - 1));
 	/* ... until it has been owed VBI_ACK_DELAY_MS */
-	assert_true(vbi_ack_rides(&o, 100 + VBI_ACK_DELAY_MS));
+	assert_true(vbi_ack_rides(&o, T + VBI_ACK_DELAY_MS * MS));
+	/* owed "later" than now (another thread's clock): just owed */
+	assert_false(vbi_ack_rides(&o, T - 5 * MS));
 	/* ... or VBI_ACK_EVERY deliveries wait */
 	o.delivered = VBI_ACK_EVERY - 1;
-	assert_false(vbi_ack_rides(&o, 100));
+	assert_false(vbi_ack_rides(&o, T));
 	o.delivered = VBI_ACK_EVERY;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	/* ... or an eighth of the slots wait to be returned (credits alone too) */
 	o.delivered = 1;
 	o.to_return = 256 / 8 - 1;
-	assert_false(vbi_ack_rides(&o, 100));
+	assert_false(vbi_ack_rides(&o, T));
 	o.to_return = 256 / 8;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	o.streams = false;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	o.to_return = 256 / 8 - 1;
-	assert_false(vbi_ack_rides(&o, 100 + 1000)); /* credits have no timer here */
+	assert_false(vbi_ack_rides(&o, T + 1000 * MS)); /* credits have no timer here */
 	/* ... or it is urgent (k-of-n, a lane switch, a NAK) */
 	o.streams = true;
 	o.to_return = 0;
 	o.urgent = true;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	/* a lane with 4 slots returns every credit at once */
 	o.urgent = false;
 	o.streams = false;
 	o.nslots = 4;
 	o.to_return = 1;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	/* UC/UD: whatever is owed rides every SEND (go-back-N, the RTO) */
 	o.nslots = 256;
 	o.reliable = false;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	o.to_return = 0;
 	o.streams = true;
-	assert_true(vbi_ack_rides(&o, 100));
+	assert_true(vbi_ack_rides(&o, T));
 	o.streams = false;
-	assert_false(vbi_ack_rides(&o, 100));
+	assert_false(vbi_ack_rides(&o, T));
+}
+
+/*
+ * When the per-peer round sends what is owed alone (vbi_ack_alone). The
+ * waits are measured in ns: an ACK owed 40 us ago in a ping-pong is not
+ * due, whatever a coarse clock (a 4 ms tick) would have said of it; that
+ * made about one lone ACK per tick (pubsub_ack_tick_test).
+ */
+static void test_ack_alone(void **state)
+{
+	struct vbi_ack_owed o = { .reliable = true, .nslots = 256, .delay_ms = VBI_ACK_DELAY_MS,
+				  .streams = true, .delivered = 3, .to_return = 3,
+				  .owed_ns = T - 40000, .last_rx_ns = T - 40000 };
+
+	(void)state;
+	/* a ping-pong: owed and heard from 40 us ago */
+	assert_false(vbi_ack_alone(&o, true, T));
+	assert_false(vbi_ack_alone(&o, false, T));
+	/* owed for the delay: due, but only when the poll found nothing */
+	o.owed_ns = T - VBI_ACK_DELAY_MS * MS + 1;
+	assert_false(vbi_ack_alone(&o, true, T));
+	o.owed_ns = T - VBI_ACK_DELAY_MS * MS;
+	assert_true(vbi_ack_alone(&o, true, T));
+	assert_false(vbi_ack_alone(&o, false, T));
+	/* credits alone: after the delay with nothing received */
+	o.streams = false;
+	o.owed_ns = 0;
+	assert_false(vbi_ack_alone(&o, true, T));
+	o.last_rx_ns = T - VBI_ACK_DELAY_MS * MS;
+	assert_true(vbi_ack_alone(&o, true, T));
+	/* ... but never a lone credit (its SEND would take one of the peer's) */
+	o.to_return = 1;
+	assert_false(vbi_ack_alone(&o, true, T));
+	/* received "later" than now (another thread's clock): just received */
+	o.to_return = 3;
+	o.last_rx_ns = T + MS;
+	assert_false(vbi_ack_alone(&o, true, T));
+	/* due at once, idle or not: urgent, a quarter of the slots, 256 messages */
+	o.last_rx_ns = T;
+	o.urgent = true;
+	assert_true(vbi_ack_alone(&o, false, T));
+	o.urgent = false;
+	o.to_return = 256 / 4;
+	assert_true(vbi_ack_alone(&o, false, T));
+	o.to_return = 256 / 4 - 1;
+	assert_false(vbi_ack_alone(&o, false, T));
+	o.streams = true;
+	o.delivered = 256;
+	assert_true(vbi_ack_alone(&o, false, T));
+	/* nothing owed at all */
+	o = (struct vbi_ack_owed){ .reliable = true, .nslots = 256, .delay_ms = 2 };
+	assert_false(vbi_ack_alone(&o, true, T));
 }
 
 int main(void)
@@ -329,6 +387,7 @@ int main(void)
 		cmocka_unit_test(test_rx_ordered_dedup_across_failover),
 		cmocka_unit_test(test_reassembly),
 		cmocka_unit_test(test_ack_rides),
+		cmocka_unit_test(test_ack_alone),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
