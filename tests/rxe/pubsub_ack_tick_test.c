@@ -9,10 +9,9 @@
  * clock (CLOCK_MONOTONIC_COARSE: one scheduler tick, 4 ms on Debian's
  * kernel), so any tick between the moment the ACK became owed and the next
  * idle round made it look 4 ms old: it went alone at once. In a
- * ping-pong that was about one lone ACK per tick on each side, each a SEND
- * the other side had to take in the middle of the exchange: `vb_bench lat`
- * (VB_BENCH_STATS) found every round trip in which the pinger posted one
- * among the slow ones (56 of the 99 above 4x the median, one run of 5000).
+ * ping-pong that was about one lone ACK per tick on each side (`vb_bench
+ * lat` with VB_BENCH_STATS: 50-60 SENDs besides the 5000 pings), each a
+ * SEND the other side had to take for nothing.
  *
  * test_lone_ack_waits: VERBUS_ACK_DELAY_MS=3 (below one tick); ROUNDS
  * times, one message is published, the subscriber delivers it, and the
