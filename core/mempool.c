@@ -131,8 +131,8 @@ static void mp_mag_empty(struct mp_mag *m, unsigned idx, int dflags)
 
 /* Everything cached that jemalloc counts as allocated goes back to it: the
  * buffers of @t's magazines (@t: the calling thread's record, or NULL) into
- * its thread cache, and the depot's straight to the arena; before a purge
- * (shrink, reserve, a refused allocation). Any thread. */
+ * its thread cache, and the depot's straight to the arena (mp_give_back).
+ * Any thread. */
 static void mp_cached_flush(struct vbi_mempool *p, struct mp_thread *t)
 {
 	struct mp_mag *full[MP_MAG_CLASSES * MP_DEPOT_FULL];
@@ -393,6 +393,18 @@ static void mp_arena_purge(struct vbi_mempool *p)
 	mallctl(name, NULL, NULL, NULL, 0);
 }
 
+/* Everything freed that the pool's arena cannot see yet goes back to it,
+ * then it is purged: the depot, the calling thread's magazines and its
+ * jemalloc cache (@t: its record, or NULL). What shrink, reserve and a
+ * refused allocation count on. Any thread. */
+static void mp_give_back(struct vbi_mempool *p, struct mp_thread *t)
+{
+	mp_cached_flush(p, t);
+	if (t && t->has_tc)
+		mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
+	mp_arena_purge(p);
+}
+
 static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csize, void **out)
 {
 	int rc;
@@ -408,10 +420,7 @@ static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csiz
 		/* This thread's cache holds freed buffers (up to 32 KiB) whose
 		 * extents a purge cannot take back until they are flushed; so
 		 * do the magazines. */
-		mp_cached_flush(p, t);
-		if (t->has_tc)
-			mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
-		mp_arena_purge(p);
+		mp_give_back(p, t);
 		vbi_mp_hook_rc = 0;
 		vbi_mp_grow_ok = true;
 		*out = mallocx(csize, t->aflags);
@@ -582,12 +591,7 @@ int vbi_mempool_inflight_put(struct vbi_mempool *p, const void *addr)
 
 int vbi_mempool_shrink(struct vbi_mempool *p)
 {
-	struct mp_thread *t = mp_thread_find(p);
-
-	mp_cached_flush(p, t);
-	if (t && t->has_tc)
-		mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
-	mp_arena_purge(p);
+	mp_give_back(p, mp_thread_find(p));
 	return vbi_mp_release_empty(p);
 }
 
@@ -597,14 +601,7 @@ int vbi_mempool_reserve(struct vbi_mempool *p, size_t bytes)
 		return vbi_err(-ENODEV, "%s: detached from its device (removed)", p->name);
 	/* what jemalloc caches of freed extents counts as free once purged,
 	 * and so does what the depot and this thread's magazines hold */
-	{
-		struct mp_thread *t = mp_thread_find(p);
-
-		mp_cached_flush(p, t);
-		if (t && t->has_tc)
-			mallctl("tcache.flush", NULL, NULL, &t->tc, sizeof(t->tc));
-	}
-	mp_arena_purge(p);
+	mp_give_back(p, mp_thread_find(p));
 	return vbi_mp_reserve_pages(p, (bytes + MP_PAGE - 1) >> MP_PAGE_SHIFT);
 }
 
