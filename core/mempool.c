@@ -129,6 +129,15 @@ static void mp_mag_empty(struct mp_mag *m, unsigned idx, int dflags)
 	m->n = 0;
 }
 
+/* The buffers of @t's magazines back into its jemalloc cache (its own
+ * thread: the magazines are its alone). */
+static void mp_mags_empty(struct mp_thread *t)
+{
+	for (unsigned i = 0; i < MP_MAG_CLASSES; i++)
+		if (t->mag[i])
+			mp_mag_empty(t->mag[i], i, t->dflags);
+}
+
 /* Everything cached that jemalloc counts as allocated goes back to it: the
  * buffers of @t's magazines (@t: the calling thread's record, or NULL) into
  * its thread cache, and the depot's straight to the arena (mp_give_back).
@@ -139,9 +148,7 @@ static void mp_cached_flush(struct vbi_mempool *p, struct mp_thread *t)
 	unsigned nfull = 0, cls[MP_MAG_CLASSES * MP_DEPOT_FULL];
 
 	if (t && !t->shared)
-		for (unsigned i = 0; i < MP_MAG_CLASSES; i++)
-			if (t->mag[i])
-				mp_mag_empty(t->mag[i], i, t->dflags);
+		mp_mags_empty(t);
 	pthread_mutex_lock(&p->depot_lock);
 	for (unsigned i = 0; i < MP_MAG_CLASSES; i++) {
 		struct mp_depot *d = &p->depot[i];
@@ -232,9 +239,7 @@ static void mp_thread_exit(void *unused)
 		if (!t)
 			continue;
 		if (t->pool) {
-			for (unsigned c = 0; c < MP_MAG_CLASSES; c++)
-				if (t->mag[c])
-					mp_mag_empty(t->mag[c], c, t->dflags);
+			mp_mags_empty(t);
 			if (t->has_tc)
 				mallctl("tcache.destroy", NULL, NULL, &t->tc, sizeof(t->tc));
 			mp_fold(&t->pool->retired, t);
@@ -439,6 +444,38 @@ static int mp_alloc_fail(struct vbi_mempool *p, struct mp_thread *t, size_t csiz
 	return vbi_err(-ENOMEM, "%s: jemalloc could not allocate %zu bytes", p->name, csize);
 }
 
+/* A buffer of class @idx from @t's magazine (or the depot), or NULL: the
+ * caller asks jemalloc. */
+static inline void *mp_mag_get(struct vbi_mempool *p, struct mp_thread *t, unsigned idx)
+{
+	struct mp_mag *mg;
+	void *m;
+
+	if (idx >= MP_MAG_CLASSES || t->shared)
+		return NULL;
+	mg = t->mag[idx];
+	m = likely(mg && mg->n) ? mg->round[--mg->n] : mp_mag_reload(p, t, idx);
+	if (m)
+		thr_add(&t->mag_allocs, 1);
+	return m;
+}
+
+/* Keep freed @addr (@usize bytes) in @t's magazine (or deposit it): false
+ * when it is not kept and the caller frees it to jemalloc. */
+static inline bool mp_mag_put(struct vbi_mempool *p, struct mp_thread *t, size_t usize, void *addr)
+{
+	unsigned idx = vbi_mempool_class_of(usize);
+	struct mp_mag *mg;
+
+	if (idx >= MP_MAG_CLASSES || t->shared)
+		return false;
+	if (likely((mg = t->mag[idx]) && mg->n < MP_MAG_ROUNDS)) {
+		mg->round[mg->n++] = addr;
+		return true;
+	}
+	return mp_mag_deposit(p, t, idx, addr);
+}
+
 int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 {
 	struct mp_thread *t;
@@ -457,17 +494,7 @@ int vbi_mempool_alloc(struct vbi_mempool *p, size_t size, struct vbi_buf *buf)
 	idx = vbi_mempool_class_of(size);
 	csize = vbi_mempool_class_size(idx); /* a multiple of 64: buffers are 64-aligned */
 	t = mp_thread_get(p);
-	m = NULL;
-	if (likely(idx < MP_MAG_CLASSES && !t->shared)) {
-		struct mp_mag *mg = t->mag[idx];
-
-		if (likely(mg && mg->n))
-			m = mg->round[--mg->n];
-		else
-			m = mp_mag_reload(p, t, idx);
-		if (m)
-			thr_add(&t->mag_allocs, 1);
-	}
+	m = mp_mag_get(p, t, idx);
 	if (!m)
 		m = mallocx(csize, t->aflags);
 	if (unlikely(!m)) {
@@ -508,19 +535,8 @@ static inline int mp_free(struct vbi_mempool *p, void *addr, size_t usize)
 			       addr);
 	if (!usize)
 		usize = sallocx(addr, 0);
-	if (likely(!t->shared)) {
-		unsigned idx = vbi_mempool_class_of(usize);
-		struct mp_mag *mg;
-
-		if (idx >= MP_MAG_CLASSES)
-			sdallocx(addr, usize, t->dflags);
-		else if (likely((mg = t->mag[idx]) && mg->n < MP_MAG_ROUNDS))
-			mg->round[mg->n++] = addr;
-		else if (!mp_mag_deposit(p, t, idx, addr))
-			sdallocx(addr, usize, t->dflags);
-	} else {
+	if (!mp_mag_put(p, t, usize, addr))
 		sdallocx(addr, usize, t->dflags);
-	}
 	if (likely(!t->shared)) {
 		thr_add(&t->frees, 1);
 		thr_add(&t->bytes, (uint64_t)0 - usize);
