@@ -37,7 +37,7 @@
 	C(slow_cut_msgs) C(streams_ended) C(retain_full) C(pending_dropped) C(refused)       \
 	C(auth_refused) C(pool_registrations_progress) C(heartbeats_sent)                    \
 	C(lanes_drained) G(drain_last_ns) G(drain_max_ns) C(compact_batches)                 \
-	C(handshakes_withdrawn)
+	C(handshakes_withdrawn) C(signaled_sends)
 
 #define VBI_CTR_FIELD(name) atomic_uint_fast64_t name;
 struct vbi_ctx_counters {
@@ -76,12 +76,15 @@ static inline void vbi_st_step(atomic_uint_fast64_t *c, int dir, uint64_t n)
 }
 
 /* A SEND counted in @st before it is posted (@dir 1), or taken back when
- * the post failed (@dir -1), @inl when it goes inline: a vb_ctx_stats()
- * snapshot taken once the peer has the SEND includes it. Any thread. */
-static inline void vbi_st_count_send(struct vbi_ctx_counters *st, bool inl, int dir)
+ * the post failed (@dir -1), @inl when it goes inline, @sig when it is
+ * signaled (asks for a completion): a vb_ctx_stats() snapshot taken once
+ * the peer has the SEND includes it. Any thread. */
+static inline void vbi_st_count_send(struct vbi_ctx_counters *st, bool inl, bool sig, int dir)
 {
 	if (inl)
 		vbi_st_step(&st->inline_sends, dir, 1);
+	if (sig)
+		vbi_st_step(&st->signaled_sends, dir, 1);
 	vbi_st_step(&st->sends_posted, dir, 1);
 }
 

@@ -168,6 +168,12 @@ struct vbi_lane {
 	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
 	struct vbi_sring sr;
+	/* A SEND with frames came in since our last post (set by the
+	 * progress thread before the callbacks run, cleared by the next
+	 * post under *lk): that post answers it, and goes unsignaled
+	 * (vbi_lane_post). Relaxed: a hint; a stale read costs one
+	 * completion more or one cork fewer, never a stall. */
+	atomic_bool rx_since_post;
 	/* The stream a compact BATCH continues (core/wire.h), RC only: what
 	 * the last BATCH we posted here carried (under *lk, as the posts),
 	 * and what the last one we received did (progress thread). */

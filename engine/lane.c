@@ -226,11 +226,16 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
 /*
  * Post one SEND of @len bytes already in @s->buf. Selective signaling: a
  * SEND is signaled when none is in flight on the lane (its completion is
- * what uncorks the data queued behind it: vb_pub_commit), every quarter
- * ring, when the ring is all but full (so unsignaled entries are always
- * released by a later completion, or by the flush of a QP in error, which
- * completes every WR), or when @force says so. *l->lk held; the caller
- * checked credits and ring space.
+ * what uncorks the data queued behind it: vb_pub_commit) unless it is an
+ * answer (a SEND with frames came in on the lane since our last post:
+ * rx_since_post), every quarter ring, when the ring is all but full (so
+ * unsignaled entries are always released by a later completion, or by
+ * the flush of a QP in error, which completes every WR), or when @force
+ * says so. An answer is request/response traffic, a ping-pong: nothing
+ * queues behind it, and its completion would only cost both ends work
+ * (rxe's CQE, our poll and release). The next post with nothing received
+ * in between is signaled again, so a stream still corks behind it.
+ * *l->lk held; the caller checked credits and ring space.
  */
 int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force)
 {
@@ -240,8 +245,12 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 				  .opcode = VBT_WR_SEND };
 	int rc;
 
-	if (force || !atomic_load(&l->sr.sig_inflight) || ++l->sr.since_signal >= l->sr.n / 4 ||
-	    l->sr.outstanding >= l->sr.n - 1) {
+	bool answer = atomic_load_explicit(&l->rx_since_post, memory_order_relaxed);
+
+	if (answer)
+		atomic_store_explicit(&l->rx_since_post, false, memory_order_relaxed);
+	if (force || (!answer && !atomic_load(&l->sr.sig_inflight)) ||
+	    ++l->sr.since_signal >= l->sr.n / 4 || l->sr.outstanding >= l->sr.n - 1) {
 		wr.flags |= VBT_SEND_SIGNALED;
 		l->sr.since_signal = 0;
 	}
@@ -249,10 +258,11 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 		wr.flags |= VBT_SEND_INLINE;
 	/* counted before the post, taken back if it fails: a vb_ctx_stats()
 	 * snapshot taken once the peer has the SEND includes it */
-	vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, 1);
+	vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, wr.flags & VBT_SEND_SIGNALED, 1);
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc) {
-		vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, -1);
+		vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE,
+				  wr.flags & VBT_SEND_SIGNALED, -1);
 		return rc;
 	}
 	vbi_lane_count_send(l);
@@ -386,6 +396,8 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
 	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
 		ctx->up->dispatch_frames(ctx, l, data, byte_len);
+		/* before the callbacks: what they publish answers this SEND */
+		atomic_store_explicit(&l->rx_since_post, true, memory_order_relaxed);
 	}
 	pthread_rwlock_unlock(&node->lock);
 	/* the callbacks, with no lock held; the slot (what they read) is

@@ -88,9 +88,11 @@ static void fanout_post(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_msg *
 			if (wr.flags & VBT_SEND_SIGNALED)
 				vbi_sring_signaled(&ctx->ud_sr, s); /* before: see sring.h */
 			/* counted before the post, taken back if it fails */
-			vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, 1);
+			vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE,
+					  wr.flags & VBT_SEND_SIGNALED, 1);
 			if (vbt_post_send(ctx->ud_qp, &wr, &bad)) {
-				vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, -1);
+				vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE,
+						  wr.flags & VBT_SEND_SIGNALED, -1);
 				s->ud_ref = NULL;
 				vbi_sring_untake(&ctx->ud_sr);
 				vbi_msg_put(m);

@@ -74,11 +74,11 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		l->sr.since_signal = 0;
 	}
 	/* counted before the post, taken back if it fails (as a BATCH's) */
-	vbi_st_count_send(ctx->st, false, 1);
+	vbi_st_count_send(ctx->st, false, wr.flags & VBT_SEND_SIGNALED, 1);
 	frame_count(ctx, 1, false, 1);
 	rc = vbi_lane_post_wr(l, &wr);
 	if (rc) {
-		vbi_st_count_send(ctx->st, false, -1);
+		vbi_st_count_send(ctx->st, false, wr.flags & VBT_SEND_SIGNALED, -1);
 		frame_count(ctx, 1, false, -1);
 		if (s->msg) {
 			s->msg = NULL;

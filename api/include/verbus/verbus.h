@@ -472,6 +472,12 @@ typedef struct vb_stats {
 					* peer that closed while connecting):
 					* freed, logged as info, not counted in
 					* pending_dropped */
+	/* completions (appended) */
+	uint64_t signaled_sends;     /* of sends_posted, those that asked for a
+				      * completion: a stream's first SEND,
+				      * then every quarter send ring (a SEND
+				      * that answers one received goes
+				      * unsignaled; docs/architecture.md) */
 } vb_stats_t;
 
 /**

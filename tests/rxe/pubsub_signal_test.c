@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which ORDERED SENDs ask the device for a completion (vb_stats_t.
+ * signaled_sends), and that the cork still works.
+ *
+ * A signaled SEND costs both ends: on Soft-RoCE the completer writes a
+ * CQE in the poster's system call, and the progress thread polls it and
+ * releases the ring entry under the lane's lock. perftest's ping-pong
+ * signals one SEND in a hundred. verbus signals a SEND when none is in
+ * flight on its lane, because that completion is what flushes the
+ * messages corked behind it (vb_pub_commit); but a SEND that answers one
+ * just received (request/response, a ping-pong) has nothing corked
+ * behind it, so it goes unsignaled; every quarter send ring one still is,
+ * so the ring's entries are released.
+ *
+ * test_answers_unsignaled: ROUNDS round trips (the pinging context in
+ * VB_PROGRESS_APP, driven by this thread; the ponging one answers from its
+ * progress thread's callback). Each side may signal at most ROUNDS / 2 of
+ * its SENDs; every SEND was signaled before.
+ *
+ * test_stream_corks: the other half of the rule. A publisher whose
+ * context is in VB_PROGRESS_APP, with no vb_progress() call, so nothing
+ * polls its completions: its first messages go (the first unsignaled, as
+ * it answers the set-up's frames; the next signaled, nothing having come
+ * in since), and the rest cork behind that signaled SEND, whose completion
+ * nobody reaps until this thread calls vb_progress(). So BURST messages
+ * take at most 2 SENDs before the first vb_progress() and few after it,
+ * all delivered once, in order. With no SEND signaled when the lane is
+ * idle, every publish would post its own.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <verbus/verbus.h>
+
+#include "tests/common/proc.h"
+#include "tests/common/pubsub.h"
+#include "tests/common/rxe_env.h"
+
+#define ROUNDS 1000u
+#define BURST 200u
+#define WAIT_MS 10000
+
+/* The ponging side: its callback echoes each ping (its progress thread). */
+struct ponger {
+	vb_pub_t *pub;
+	atomic_uint_fast64_t got, failed;
+};
+
+static void on_ping(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct ponger *p = arg;
+	int rc;
+
+	(void)sub;
+	atomic_fetch_add(&p->got, 1);
+	while ((rc = vb_publish(p->pub, m->data, m->len, NULL)) == -EAGAIN)
+		sched_yield();
+	if (rc)
+		atomic_fetch_add(&p->failed, 1);
+}
+
+/* Messages seen by a receiving side, checked in order (1, 2, ...). */
+struct counter {
+	atomic_uint_fast64_t got, bad;
+};
+
+static void on_count(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct counter *c = arg;
+	uint64_t n = atomic_fetch_add(&c->got, 1) + 1;
+
+	(void)sub;
+	if (m->len < sizeof(n) || memcmp(m->data, &n, sizeof(n)))
+		atomic_fetch_add(&c->bad, 1);
+}
+
+static vb_ctx_t *ctx_app(void)
+{
+	vb_ctx_attr_t ca;
+
+	vb_ctx_attr_init(&ca);
+	ca.progress = VB_PROGRESS_APP;
+	return vbt_ctx_open(&ca);
+}
+
+/* Run @app's progress (this thread) until @pub (of any context) has a
+ * subscriber, then 50 ms more, so that what the set-up left to send has
+ * gone. */
+static void settle(vb_ctx_t *app, vb_pub_t *pub)
+{
+	uint64_t t0;
+
+	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) < 1; vb_progress(app))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("no subscriber after %d ms", WAIT_MS);
+	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 50;)
+		vb_progress(app);
+}
+
+static vb_stats_t stats(vb_ctx_t *c)
+{
+	vb_stats_t st;
+
+	assert_int_equal(vb_ctx_stats(c, &st), 0);
+	return st;
+}
+
+static void test_answers_unsignaled(void **state)
+{
+	vb_ctx_t *ca = ctx_app(), *cb = vbt_ctx_open(NULL);
+	vb_node_t *na = vbt_node_open(ca, "sig-a", false), *nb = vbt_node_open(cb, "sig-b", true);
+	static struct ponger po;
+	static struct counter pi;
+	vb_sub_attr_t sa;
+	vb_pub_t *ping;
+	vb_sub_t *sa_sub, *sb_sub;
+	vb_stats_t a0, b0, a1, b1;
+	uint64_t t0, sig_a, sig_b;
+
+	(void)state;
+	memset(&po, 0, sizeof(po));
+	memset(&pi, 0, sizeof(pi));
+	assert_int_equal(vb_pub_create(na, "sig.ping", VB_ORDERED, NULL, &ping), 0);
+	assert_int_equal(vb_pub_create(nb, "sig.pong", VB_ORDERED, NULL, &po.pub), 0);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = on_count;
+	sa.arg = &pi;
+	assert_int_equal(vb_sub_create(na, "sig.pong", VB_ORDERED, &sa, &sa_sub), 0);
+	sa.on_msg = on_ping;
+	sa.arg = &po;
+	assert_int_equal(vb_sub_create(nb, "sig.ping", VB_ORDERED, &sa, &sb_sub), 0);
+	/* the context in VB_PROGRESS_APP connects: vb_node_connect() runs its
+	 * progress while it waits (a listening one would not get the HELLO) */
+	if (vb_node_connect(na, vbt_test_ip(), vb_node_port(nb)))
+		fail_msg("connect: %s", vb_errmsg());
+	settle(ca, po.pub); /* our SUB goes in a round of ours */
+	settle(ca, ping);
+
+	a0 = stats(ca);
+	b0 = stats(cb);
+	/* every quarter send ring a SEND is signaled whatever it is: the
+	 * bound below needs a ring of 8 or more */
+	if (a0.sq_depth < 8 || b0.sq_depth < 8)
+		fail_msg("send queues of %" PRIu64 " / %" PRIu64 ": too small for this test",
+			 (uint64_t)a0.sq_depth, (uint64_t)b0.sq_depth);
+	for (uint64_t i = 1; i <= ROUNDS; i++) {
+		int rc;
+
+		for (t0 = vbt_now_ms(); (rc = vb_publish(ping, &i, sizeof(i), NULL)) == -EAGAIN;
+		     vb_progress(ca))
+			if (vbt_now_ms() - t0 > WAIT_MS)
+				fail_msg("ping %" PRIu64 ": -EAGAIN for %d ms", i, WAIT_MS);
+		assert_int_equal(rc, 0);
+		for (t0 = vbt_now_ms(); atomic_load(&pi.got) < i; vb_progress(ca))
+			if (vbt_now_ms() - t0 > WAIT_MS)
+				fail_msg("pong %" PRIu64 " not back after %d ms", i, WAIT_MS);
+	}
+	a1 = stats(ca);
+	b1 = stats(cb);
+	sig_a = a1.signaled_sends - a0.signaled_sends;
+	sig_b = b1.signaled_sends - b0.signaled_sends;
+	printf("%u round trips: pinging side %" PRIu64 " SENDs, %" PRIu64
+	       " signaled; ponging side %" PRIu64 " SENDs, %" PRIu64 " signaled (send queues %"
+	       PRIu64 " / %" PRIu64 ")\n",
+	       ROUNDS, a1.sends_posted - a0.sends_posted, sig_a, b1.sends_posted - b0.sends_posted,
+	       sig_b, (uint64_t)a0.sq_depth, (uint64_t)b0.sq_depth);
+	assert_int_equal(atomic_load(&pi.bad), 0);
+	assert_int_equal(atomic_load(&po.failed), 0);
+	assert_int_equal(atomic_load(&po.got), ROUNDS);
+	if (sig_a > ROUNDS / 2 || sig_b > ROUNDS / 2)
+		fail_msg("%" PRIu64 " and %" PRIu64 " signaled SENDs for %u round trips: the "
+			 "answers asked for completions (at most %u each)",
+			 sig_a, sig_b, ROUNDS, ROUNDS / 2);
+
+	assert_int_equal(vb_pub_destroy(ping), 0);
+	assert_int_equal(vb_pub_destroy(po.pub), 0);
+	assert_int_equal(vb_sub_destroy(sa_sub), 0);
+	assert_int_equal(vb_sub_destroy(sb_sub), 0);
+	assert_int_equal(vb_node_destroy(nb), 0);
+	assert_int_equal(vb_node_destroy(na), 0);
+	assert_int_equal(vb_ctx_destroy(cb), 0);
+	assert_int_equal(vb_ctx_destroy(ca), 0);
+}
+
+static void test_stream_corks(void **state)
+{
+	vb_ctx_t *cp = ctx_app(), *cs = vbt_ctx_open(NULL);
+	vb_node_t *np = vbt_node_open(cp, "cork-pub", false), *ns = vbt_node_open(cs, "cork-sub", true);
+	static struct counter got;
+	uint8_t msg[64] = { 0 };
+	vb_sub_attr_t sa;
+	vb_pub_t *pub;
+	vb_sub_t *sub;
+	vb_stats_t s0, s1, s2;
+	uint64_t t0, early, sends;
+
+	(void)state;
+	memset(&got, 0, sizeof(got));
+	assert_int_equal(vb_pub_create(np, "cork", VB_ORDERED, NULL, &pub), 0);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = on_count;
+	sa.arg = &got;
+	assert_int_equal(vb_sub_create(ns, "cork", VB_ORDERED, &sa, &sub), 0);
+	if (vb_node_connect(np, vbt_test_ip(), vb_node_port(ns)))
+		fail_msg("connect: %s", vb_errmsg());
+	settle(cp, pub);
+
+	s0 = stats(cp);
+	for (uint64_t i = 1; i <= BURST; i++) {
+		memcpy(msg, &i, sizeof(i));
+		if (vb_publish(pub, msg, sizeof(msg), NULL))
+			fail_msg("publish %" PRIu64 ": %s", i, vb_errmsg());
+	}
+	s1 = stats(cp);
+	for (t0 = vbt_now_ms(); atomic_load(&got.got) < BURST; vb_progress(cp))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%" PRIu64 " of %u delivered after %d ms",
+				 (uint64_t)atomic_load(&got.got), BURST, WAIT_MS);
+	s2 = stats(cp);
+	early = s1.sends_posted - s0.sends_posted;
+	sends = s2.sends_posted - s0.sends_posted;
+	printf("%u messages published with no progress call: %" PRIu64 " SENDs (%" PRIu64
+	       " signaled) before the first vb_progress(), %" PRIu64 " (%" PRIu64
+	       " signaled) in all, %" PRIu64 " batched frames\n",
+	       BURST, early, s1.signaled_sends - s0.signaled_sends, sends,
+	       s2.signaled_sends - s0.signaled_sends, s2.batched_frames - s0.batched_frames);
+	assert_int_equal(atomic_load(&got.bad), 0);
+	assert_int_equal(atomic_load(&got.got), BURST);
+	if (early > 2 || sends > BURST / 4)
+		fail_msg("%" PRIu64 " SENDs before the first progress call (at most 2), %" PRIu64
+			 " in all (at most %u): the burst was not corked behind a signaled SEND",
+			 early, sends, BURST / 4);
+
+	assert_int_equal(vb_pub_destroy(pub), 0);
+	assert_int_equal(vb_sub_destroy(sub), 0);
+	assert_int_equal(vb_node_destroy(ns), 0);
+	assert_int_equal(vb_node_destroy(np), 0);
+	assert_int_equal(vb_ctx_destroy(cs), 0);
+	assert_int_equal(vb_ctx_destroy(cp), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_answers_unsignaled),
+		cmocka_unit_test(test_stream_corks),
+	};
+
+	vbt_require_device();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
