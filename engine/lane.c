@@ -42,13 +42,14 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
-/* Receive slots [@from, @to) of @l: allocated and posted. Every field of
+/* Receive slots [@from, @to) of @l: allocated and posted, in lists of
+ * VBI_REPOST_BATCH (one post call each, as the reposts). Every field of
  * the lane is set before (the post publishes it to the progress thread:
  * init_gen). */
 static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 {
 	struct vb_ctx *ctx = l->node->ctx;
-	int rc;
+	int rc = 0;
 
 	for (uint32_t i = from; i < to; i++) {
 		struct vbi_slot *s = &l->slots[i];
@@ -60,10 +61,16 @@ static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 			return rc;
 	}
 	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
-	for (uint32_t i = from; i < to; i++)
-		if ((rc = post_slot(l, &l->slots[i])))
-			return rc;
-	return 0;
+	for (uint32_t i = from; i < to && !rc;) {
+		struct vbi_slot *list[VBI_REPOST_BATCH];
+		uint32_t n = 0;
+
+		while (i < to && n < VBI_REPOST_BATCH)
+			list[n++] = &l->slots[i++];
+		atomic_fetch_add(&l->posted_recvs, vbi_slots_post(l->qp, list, n,
+								  (uint32_t)ctx->attr.slot_size, &rc));
+	}
+	return rc;
 }
 
 int vbi_lane_commit(struct vbi_lane *l)
