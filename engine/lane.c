@@ -42,23 +42,29 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
-/* Receive slots [@from, @to) of @l: allocated and posted, in lists of
- * VBI_REPOST_BATCH (one post call each, as the reposts). Every field of
- * the lane is set before (the post publishes it to the progress thread:
- * init_gen). */
+/* Receive slots [@from, @to) of @l: allocated in blocks (vbi_buf_block)
+ * and posted in lists of VBI_REPOST_BATCH (one post call each, as the
+ * reposts). Every field of the lane is set before (the post publishes it
+ * to the progress thread: init_gen). */
 static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 {
 	struct vb_ctx *ctx = l->node->ctx;
 	int rc = 0;
 
-	for (uint32_t i = from; i < to; i++) {
-		struct vbi_slot *s = &l->slots[i];
+	for (uint32_t i = from; i < to;) {
+		struct vbi_buf b[VBI_BUF_BLOCK];
+		uint32_t n = to - i < VBI_BUF_BLOCK ? to - i : VBI_BUF_BLOCK;
 
-		s->kind = VBI_WR_RC_RECV;
-		s->lane = l;
-		rc = vbi_mempool_alloc(l->dr->pool, ctx->attr.slot_size, &s->buf);
-		if (rc)
+		if ((rc = vbi_buf_block(l->dr->pool, ctx->attr.slot_size, n, b)))
 			return rc;
+		for (uint32_t j = 0; j < n; j++, i++) {
+			struct vbi_slot *s = &l->slots[i];
+
+			s->kind = VBI_WR_RC_RECV;
+			s->lane = l;
+			s->buf = b[j];
+			s->carved = j != 0;
+		}
 	}
 	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
 	for (uint32_t i = from; i < to && !rc;) {

@@ -42,19 +42,50 @@ void vbi_msg_put(struct vbi_msg *m)
 
 /* ---- send rings ------------------------------------------------------------------ */
 
-int vbi_sring_add_bufs(struct vbi_sring *sr)
+int vbi_buf_block(struct vbi_mempool *pool, size_t size, uint32_t n, struct vbi_buf *out)
 {
-	for (uint32_t i = 0; i < sr->n; i++) {
-		struct vbi_sctx *s = &sr->ctx[i];
+	struct vbi_buf b;
+	int rc = vbi_mempool_alloc(pool, size * n, &b);
+
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = (struct vbi_buf){ .addr = (uint8_t *)b.addr + size * i,
+					   .len = (uint32_t)size, .lkey = b.lkey, .rkey = b.rkey };
+	return 0;
+}
+
+/* Batch buffers for entries [@from, @to) of @sr that have none, in
+ * blocks (vbi_buf_block). */
+static int sring_bufs(struct vbi_sring *sr, uint32_t from, uint32_t to)
+{
+	while (from < to) {
+		struct vbi_buf b[VBI_BUF_BLOCK];
+		uint32_t n = 0;
 		int rc;
 
-		if (s->buf.addr)
+		if (sr->ctx[from].buf.addr) {
+			from++;
 			continue;
-		rc = vbi_mempool_alloc(sr->pool, sr->buf_size, &s->buf);
-		if (rc)
-			return vbi_err_prefix(rc, "send ring buffers");
+		}
+		while (from + n < to && n < VBI_BUF_BLOCK && !sr->ctx[from + n].buf.addr)
+			n++;
+		if ((rc = vbi_buf_block(sr->pool, sr->buf_size, n, b)))
+			return rc;
+		for (uint32_t j = 0; j < n; j++) {
+			sr->ctx[from + j].buf = b[j];
+			sr->ctx[from + j].carved = j != 0;
+		}
+		from += n;
 	}
 	return 0;
+}
+
+int vbi_sring_add_bufs(struct vbi_sring *sr)
+{
+	int rc = sring_bufs(sr, 0, sr->n);
+
+	return rc ? vbi_err_prefix(rc, "send ring buffers") : 0;
 }
 
 int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, uint8_t kind,
@@ -79,12 +110,10 @@ int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, u
 		s->lane = lane;
 		s->hdr = (uint8_t *)sr->hdr_area.addr + (size_t)i * 64;
 		s->hdr_lkey = sr->hdr_area.lkey;
-		if (i < nbufs) {
-			rc = vbi_mempool_alloc(pool, buf_size, &s->buf);
-			if (rc)
-				goto err;
-		}
 	}
+	rc = sring_bufs(sr, 0, nbufs < n ? nbufs : n);
+	if (rc)
+		goto err;
 	return 0;
 err:
 	vbi_sring_fini(sr);
@@ -96,7 +125,7 @@ void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n
 	if (!slots)
 		return;
 	for (uint32_t i = 0; i < n; i++)
-		if (slots[i].buf.addr)
+		if (slots[i].buf.addr && !slots[i].carved)
 			vbi_mempool_free(pool, slots[i].buf.addr);
 	free(slots);
 }
@@ -127,7 +156,7 @@ void vbi_sring_fini(struct vbi_sring *sr)
 		return;
 	vbi_sring_release_upto(sr, NULL);
 	for (uint32_t i = 0; i < sr->n; i++)
-		if (sr->ctx[i].buf.addr)
+		if (sr->ctx[i].buf.addr && !sr->ctx[i].carved)
 			vbi_mempool_free(sr->pool, sr->ctx[i].buf.addr);
 	if (sr->hdr_area.addr)
 		vbi_mempool_free(sr->pool, sr->hdr_area.addr);

@@ -35,6 +35,8 @@ enum vbi_wr_kind {
 /* A receive slot: one registered buffer, posted again after use. */
 struct vbi_slot {
 	uint8_t kind;
+	bool carved;             /* @buf is part of a block another slot owns
+				  * (vbi_buf_block): not freed on its own */
 	struct vbi_lane *lane;   /* RC; NULL for UD */
 	struct vbi_buf buf;
 };
@@ -61,6 +63,8 @@ struct vbi_msg {
 struct vbi_sctx {
 	uint8_t kind;
 	atomic_bool signaled;    /* posted signaled, completion not yet seen */
+	bool carved;             /* @buf is part of a block another entry owns
+				  * (vbi_buf_block): not freed on its own */
 	_Atomic uint64_t pos;    /* its position in the ring's sequence of takes
 				  * (vbi_sring_take); read by vbi_sring_complete */
 	struct vbi_lane *lane;   /* RC; NULL for UD */
@@ -104,6 +108,16 @@ struct vbi_sring {
  * bytes too, all from @pool. 0 or negative errno (nothing left behind). */
 int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, uint8_t kind,
 		   struct vbi_lane *lane, uint32_t nbufs, size_t buf_size);
+/* The most buffers one pool allocation holds (vbi_buf_block). */
+#define VBI_BUF_BLOCK 16u
+/* @n (1..VBI_BUF_BLOCK) buffers of @size bytes in one allocation from
+ * @pool, carved: out[i] is the i-th. A connection's receive slots and
+ * send buffers (16 KiB each by default, jemalloc's large sizes) cost a
+ * large allocation each otherwise, thousands of instructions and a page
+ * of padding apiece. out[0] owns the block: freeing its address frees
+ * them all, so the owner marks the others carved. 0 or negative errno
+ * (nothing allocated). */
+int vbi_buf_block(struct vbi_mempool *pool, size_t size, uint32_t n, struct vbi_buf *out);
 /* Batch buffers for the entries that have none yet: 0 or negative errno. */
 int vbi_sring_add_bufs(struct vbi_sring *sr);
 /* Release every entry and free the buffers; NULL-safe on a zeroed ring. */
