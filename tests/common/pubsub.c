@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #include "tests/common/pubsub.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -46,4 +49,27 @@ bool vbt_wait_subscribers(vb_pub_t *pub, int n, unsigned timeout_ms)
 	while (vb_pub_subscribers(pub) < n && vbt_now_ms() - t0 < timeout_ms)
 		usleep(5000);
 	return vb_pub_subscribers(pub) >= n;
+}
+
+void vbt_echo_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct vbt_echo *e = arg;
+	int rc;
+
+	(void)sub;
+	atomic_fetch_add(&e->got, 1);
+	while ((rc = vb_publish(e->pub, m->data, m->len, NULL)) == -EAGAIN)
+		sched_yield();
+	if (rc)
+		atomic_fetch_add(&e->failed, 1);
+}
+
+void vbt_count_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct vbt_count *c = arg;
+	uint64_t n = atomic_fetch_add(&c->got, 1) + 1;
+
+	(void)sub;
+	if (m->len < sizeof(n) || memcmp(m->data, &n, sizeof(n)))
+		atomic_fetch_add(&c->bad, 1);
 }

@@ -49,46 +49,12 @@
 #define ROUNDS 1000u
 #define WAIT_MS 10000
 
-/* The ponging side: its callback echoes each ping (its progress thread). */
-struct ponger {
-	vb_pub_t *pub;
-	atomic_uint_fast64_t got, failed;
-};
-
-static void on_ping(vb_sub_t *sub, const vb_msg_t *m, void *arg)
-{
-	struct ponger *p = arg;
-	int rc;
-
-	(void)sub;
-	atomic_fetch_add(&p->got, 1);
-	while ((rc = vb_publish(p->pub, m->data, m->len, NULL)) == -EAGAIN)
-		sched_yield();
-	if (rc)
-		atomic_fetch_add(&p->failed, 1);
-}
-
-/* The pinging side: pongs seen (its progress thread), in order. */
-struct pinger {
-	atomic_uint_fast64_t got, bad;
-};
-
-static void on_pong(vb_sub_t *sub, const vb_msg_t *m, void *arg)
-{
-	struct pinger *p = arg;
-	uint64_t n = atomic_fetch_add(&p->got, 1) + 1;
-
-	(void)sub;
-	if (m->len != sizeof(n) || memcmp(m->data, &n, sizeof(n)))
-		atomic_fetch_add(&p->bad, 1);
-}
-
 static void ping_pong(unsigned quorum, uint64_t *acks_a, uint64_t *acks_b)
 {
 	vb_ctx_t *ca = vbt_ctx_open(NULL), *cb = vbt_ctx_open(NULL);
 	vb_node_t *na = vbt_node_open(ca, "ack-a", true), *nb = vbt_node_open(cb, "ack-b", false);
-	static struct ponger po;
-	static struct pinger pi;
+	static struct vbt_echo po;
+	static struct vbt_count pi;
 	vb_pub_attr_t pa;
 	vb_sub_attr_t sa;
 	vb_pub_t *ping;
@@ -106,10 +72,10 @@ static void ping_pong(unsigned quorum, uint64_t *acks_a, uint64_t *acks_b)
 	pa.linger_ms = WAIT_MS;
 	assert_int_equal(vb_pub_create(nb, "ack.pong", VB_ORDERED, &pa, &po.pub), 0);
 	vb_sub_attr_init(&sa);
-	sa.on_msg = on_pong;
+	sa.on_msg = vbt_count_cb;
 	sa.arg = &pi;
 	assert_int_equal(vb_sub_create(na, "ack.pong", VB_ORDERED, &sa, &sa_sub), 0);
-	sa.on_msg = on_ping;
+	sa.on_msg = vbt_echo_cb;
 	sa.arg = &po;
 	assert_int_equal(vb_sub_create(nb, "ack.ping", VB_ORDERED, &sa, &sb_sub), 0);
 	if (vb_node_connect(nb, vbt_test_ip(), vb_node_port(na)))

@@ -52,40 +52,6 @@
 #define BURST 200u
 #define WAIT_MS 10000
 
-/* The ponging side: its callback echoes each ping (its progress thread). */
-struct ponger {
-	vb_pub_t *pub;
-	atomic_uint_fast64_t got, failed;
-};
-
-static void on_ping(vb_sub_t *sub, const vb_msg_t *m, void *arg)
-{
-	struct ponger *p = arg;
-	int rc;
-
-	(void)sub;
-	atomic_fetch_add(&p->got, 1);
-	while ((rc = vb_publish(p->pub, m->data, m->len, NULL)) == -EAGAIN)
-		sched_yield();
-	if (rc)
-		atomic_fetch_add(&p->failed, 1);
-}
-
-/* Messages seen by a receiving side, checked in order (1, 2, ...). */
-struct counter {
-	atomic_uint_fast64_t got, bad;
-};
-
-static void on_count(vb_sub_t *sub, const vb_msg_t *m, void *arg)
-{
-	struct counter *c = arg;
-	uint64_t n = atomic_fetch_add(&c->got, 1) + 1;
-
-	(void)sub;
-	if (m->len < sizeof(n) || memcmp(m->data, &n, sizeof(n)))
-		atomic_fetch_add(&c->bad, 1);
-}
-
 static vb_ctx_t *ctx_app(void)
 {
 	vb_ctx_attr_t ca;
@@ -121,8 +87,8 @@ static void test_answers_unsignaled(void **state)
 {
 	vb_ctx_t *ca = ctx_app(), *cb = vbt_ctx_open(NULL);
 	vb_node_t *na = vbt_node_open(ca, "sig-a", false), *nb = vbt_node_open(cb, "sig-b", true);
-	static struct ponger po;
-	static struct counter pi;
+	static struct vbt_echo po;
+	static struct vbt_count pi;
 	vb_sub_attr_t sa;
 	vb_pub_t *ping;
 	vb_sub_t *sa_sub, *sb_sub;
@@ -135,10 +101,10 @@ static void test_answers_unsignaled(void **state)
 	assert_int_equal(vb_pub_create(na, "sig.ping", VB_ORDERED, NULL, &ping), 0);
 	assert_int_equal(vb_pub_create(nb, "sig.pong", VB_ORDERED, NULL, &po.pub), 0);
 	vb_sub_attr_init(&sa);
-	sa.on_msg = on_count;
+	sa.on_msg = vbt_count_cb;
 	sa.arg = &pi;
 	assert_int_equal(vb_sub_create(na, "sig.pong", VB_ORDERED, &sa, &sa_sub), 0);
-	sa.on_msg = on_ping;
+	sa.on_msg = vbt_echo_cb;
 	sa.arg = &po;
 	assert_int_equal(vb_sub_create(nb, "sig.ping", VB_ORDERED, &sa, &sb_sub), 0);
 	/* the context in VB_PROGRESS_APP connects: vb_node_connect() runs its
@@ -198,7 +164,7 @@ static void test_stream_corks(void **state)
 {
 	vb_ctx_t *cp = ctx_app(), *cs = vbt_ctx_open(NULL);
 	vb_node_t *np = vbt_node_open(cp, "cork-pub", false), *ns = vbt_node_open(cs, "cork-sub", true);
-	static struct counter got;
+	static struct vbt_count got;
 	uint8_t msg[64] = { 0 };
 	vb_sub_attr_t sa;
 	vb_pub_t *pub;
@@ -210,7 +176,7 @@ static void test_stream_corks(void **state)
 	memset(&got, 0, sizeof(got));
 	assert_int_equal(vb_pub_create(np, "cork", VB_ORDERED, NULL, &pub), 0);
 	vb_sub_attr_init(&sa);
-	sa.on_msg = on_count;
+	sa.on_msg = vbt_count_cb;
 	sa.arg = &got;
 	assert_int_equal(vb_sub_create(ns, "cork", VB_ORDERED, &sa, &sub), 0);
 	if (vb_node_connect(np, vbt_test_ip(), vb_node_port(ns)))
