@@ -55,8 +55,10 @@ static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 		struct vbi_buf b[VBI_BUF_BLOCK];
 		uint32_t n = to - i < VBI_BUF_BLOCK ? to - i : VBI_BUF_BLOCK;
 
-		if ((rc = vbi_buf_block(l->dr->pool, ctx->attr.slot_size, n, b)))
+		if ((rc = vbi_buf_block(l->dr->pool, ctx->attr.slot_size, n, b)) < 0)
 			return rc;
+		n = (uint32_t)rc;
+		rc = 0;
 		for (uint32_t j = 0; j < n; j++, i++) {
 			struct vbi_slot *s = &l->slots[i];
 

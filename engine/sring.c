@@ -45,14 +45,16 @@ void vbi_msg_put(struct vbi_msg *m)
 int vbi_buf_block(struct vbi_mempool *pool, size_t size, uint32_t n, struct vbi_buf *out)
 {
 	struct vbi_buf b;
-	int rc = vbi_mempool_alloc(pool, size * n, &b);
+	int rc;
 
-	if (rc)
+	if (n > VBI_BUF_BLOCK_BYTES / size)
+		n = size < VBI_BUF_BLOCK_BYTES ? (uint32_t)(VBI_BUF_BLOCK_BYTES / size) : 1;
+	if ((rc = vbi_mempool_alloc(pool, size * n, &b)))
 		return rc;
 	for (uint32_t i = 0; i < n; i++)
 		out[i] = (struct vbi_buf){ .addr = (uint8_t *)b.addr + size * i,
 					   .len = (uint32_t)size, .lkey = b.lkey, .rkey = b.rkey };
-	return 0;
+	return (int)n;
 }
 
 /* Batch buffers for entries [@from, @to) of @sr that have none, in
@@ -70,8 +72,9 @@ static int sring_bufs(struct vbi_sring *sr, uint32_t from, uint32_t to)
 		}
 		while (from + n < to && n < VBI_BUF_BLOCK && !sr->ctx[from + n].buf.addr)
 			n++;
-		if ((rc = vbi_buf_block(sr->pool, sr->buf_size, n, b)))
+		if ((rc = vbi_buf_block(sr->pool, sr->buf_size, n, b)) < 0)
 			return rc;
+		n = (uint32_t)rc;
 		for (uint32_t j = 0; j < n; j++) {
 			sr->ctx[from + j].buf = b[j];
 			sr->ctx[from + j].carved = j != 0;

@@ -108,15 +108,17 @@ struct vbi_sring {
  * bytes too, all from @pool. 0 or negative errno (nothing left behind). */
 int vbi_sring_init(struct vbi_mempool *pool, struct vbi_sring *sr, uint32_t n, uint8_t kind,
 		   struct vbi_lane *lane, uint32_t nbufs, size_t buf_size);
-/* The most buffers one pool allocation holds (vbi_buf_block). */
+/* The most buffers, and bytes, one pool allocation holds (vbi_buf_block). */
 #define VBI_BUF_BLOCK 16u
-/* @n (1..VBI_BUF_BLOCK) buffers of @size bytes in one allocation from
- * @pool, carved: out[i] is the i-th. A connection's receive slots and
+#define VBI_BUF_BLOCK_BYTES (256u * 1024u)
+/* Up to @n (1..VBI_BUF_BLOCK) buffers of @size bytes in one allocation
+ * from @pool of at most VBI_BUF_BLOCK_BYTES (one buffer when @size is
+ * larger), carved: out[i] is the i-th. A connection's receive slots and
  * send buffers (16 KiB each by default, jemalloc's large sizes) cost a
  * large allocation each otherwise, thousands of instructions and a page
  * of padding apiece. out[0] owns the block: freeing its address frees
- * them all, so the owner marks the others carved. 0 or negative errno
- * (nothing allocated). */
+ * them all, so the owner marks the others carved. Returns how many
+ * buffers it made (1..@n), or a negative errno (nothing allocated). */
 int vbi_buf_block(struct vbi_mempool *pool, size_t size, uint32_t n, struct vbi_buf *out);
 /* Batch buffers for the entries that have none yet: 0 or negative errno. */
 int vbi_sring_add_bufs(struct vbi_sring *sr);
