@@ -44,11 +44,12 @@ void vbi_msg_put(struct vbi_msg *m)
 
 int vbi_buf_block(struct vbi_mempool *pool, size_t size, uint32_t n, struct vbi_buf *out)
 {
+	size_t fit = VBI_BUF_BLOCK_BYTES / size; /* 0: a buffer larger than a block */
 	struct vbi_buf b;
 	int rc;
 
-	if (n > VBI_BUF_BLOCK_BYTES / size)
-		n = size < VBI_BUF_BLOCK_BYTES ? (uint32_t)(VBI_BUF_BLOCK_BYTES / size) : 1;
+	if (fit < n)
+		n = fit ? (uint32_t)fit : 1;
 	if ((rc = vbi_mempool_alloc(pool, size * n, &b)))
 		return rc;
 	for (uint32_t i = 0; i < n; i++)
