@@ -189,9 +189,10 @@ static void lat_sends(const char *who, vb_ctx_t *ctx)
 	vb_stats_t cs;
 
 	if (getenv("VB_BENCH_STATS") && vb_ctx_stats(ctx, &cs) == 0)
-		fprintf(stderr, "lat: %s: published %llu, SENDs %llu (frames %llu, signaled %llu), "
-			"ACK-carrying %llu, keepalives %llu, heartbeats %llu\n", who,
-			(unsigned long long)cs.published, (unsigned long long)cs.sends_posted,
+		fprintf(stderr, "lat: %s: published %llu (held %llu), SENDs %llu (frames %llu, "
+			"signaled %llu), ACK-carrying %llu, keepalives %llu, heartbeats %llu\n", who,
+			(unsigned long long)cs.published, (unsigned long long)cs.cork_holds,
+			(unsigned long long)cs.sends_posted,
 			(unsigned long long)cs.frames_sent, (unsigned long long)cs.signaled_sends,
 			(unsigned long long)cs.acks_sent,
 			(unsigned long long)cs.keepalives, (unsigned long long)cs.heartbeats_sent);

@@ -37,7 +37,7 @@
 	C(slow_cut_msgs) C(streams_ended) C(retain_full) C(pending_dropped) C(refused)       \
 	C(auth_refused) C(pool_registrations_progress) C(heartbeats_sent)                    \
 	C(lanes_drained) G(drain_last_ns) G(drain_max_ns) C(compact_batches)                 \
-	C(handshakes_withdrawn) C(signaled_sends)
+	C(handshakes_withdrawn) C(signaled_sends) C(cork_holds)
 
 #define VBI_CTR_FIELD(name) atomic_uint_fast64_t name;
 struct vbi_ctx_counters {

@@ -228,7 +228,12 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 	/* Cork batching: a publish to a connection with no SEND in flight is
 	 * posted now (no added latency when idle); one that finds a SEND in
 	 * flight is queued, and the progress thread posts everything queued,
-	 * packed, when that SEND completes (vbi_peer_after_poll). The flag is
+	 * packed, when that SEND completes (vbi_peer_after_poll). An answer
+	 * (a SEND came in on the lane since its last post: rx_since_post) is
+	 * never held: it is request/response traffic, nothing queues behind
+	 * it, and the signaled SEND in flight may be one whose completion
+	 * comes after the request it answers (vbi_lane_post makes the answer
+	 * itself unsignaled). The flag is
 	 * set before the second look at the count, and the progress thread
 	 * clears the count before it looks at the flag (both seq_cst): either
 	 * this thread sees the SEND completed and flushes, or the progress
@@ -241,10 +246,14 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 		struct vbi_lane *l = ctx->cork ? vbi_path_lane(&p->path) : NULL;
 
 		atomic_store(&p->tx_pending, true); /* before the cork's flag */
-		if (l && atomic_load(&l->sr.sig_inflight)) {
+		if (l && !atomic_load_explicit(&l->rx_since_post, memory_order_relaxed) &&
+		    atomic_load(&l->sr.sig_inflight)) {
 			atomic_store(&p->corked, true);
-			if (atomic_load(&l->sr.sig_inflight))
+			if (atomic_load(&l->sr.sig_inflight)) {
+				atomic_fetch_add_explicit(&ctx->st->cork_holds, 1,
+							  memory_order_relaxed);
 				continue;
+			}
 		}
 		vbi_peer_flush(p);
 	}

@@ -478,6 +478,14 @@ typedef struct vb_stats {
 				      * then every quarter send ring (a SEND
 				      * that answers one received goes
 				      * unsignaled; docs/architecture.md) */
+	/* cork batching (appended) */
+	uint64_t cork_holds;         /* ORDERED publishes left queued behind a
+				      * SEND in flight on their connection (one
+				      * per connection), for the progress
+				      * thread to post, packed, when it
+				      * completes; a publish that answers a
+				      * SEND received since the connection's
+				      * last post is never held */
 } vb_stats_t;
 
 /**
