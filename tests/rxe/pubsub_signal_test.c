@@ -71,9 +71,19 @@ static vb_ctx_t *ctx_app(void)
 	return vbt_ctx_open(&ca);
 }
 
+static vb_stats_t stats(vb_ctx_t *c)
+{
+	vb_stats_t st;
+
+	assert_int_equal(vb_ctx_stats(c, &st), 0);
+	return st;
+}
+
 /* Run @app's progress (this thread) until @pub (of any context) has a
- * subscriber, then 50 ms more, so that what the set-up left to send has
- * gone. */
+ * subscriber and @app (the connecting side) its warm standby connection,
+ * whose set-up posts a SEND of @app's (its HELLO) that the counts after
+ * this must not see; then 50 ms more, so that what the set-up left to send
+ * has gone. */
 static void settle(vb_ctx_t *app, vb_pub_t *pub)
 {
 	uint64_t t0;
@@ -81,16 +91,11 @@ static void settle(vb_ctx_t *app, vb_pub_t *pub)
 	for (t0 = vbt_now_ms(); vb_pub_subscribers(pub) < 1; vb_progress(app))
 		if (vbt_now_ms() - t0 > WAIT_MS)
 			fail_msg("no subscriber after %d ms", WAIT_MS);
+	for (t0 = vbt_now_ms(); stats(app).standbys_warmed < 1; vb_progress(app))
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("no standby connection after %d ms", WAIT_MS);
 	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 50;)
 		vb_progress(app);
-}
-
-static vb_stats_t stats(vb_ctx_t *c)
-{
-	vb_stats_t st;
-
-	assert_int_equal(vb_ctx_stats(c, &st), 0);
-	return st;
 }
 
 static atomic_bool pong_stop, pong_both;
@@ -257,13 +262,6 @@ static void test_stream_corks(void **state)
 	if (vb_node_connect(np, vbt_test_ip(), vb_node_port(ns)))
 		fail_msg("connect: %s", vb_errmsg());
 	settle(cp, pub);
-	/* the standby connection's set-up posts a SEND of ours (its HELLO),
-	 * which the counts below must not see: it goes first */
-	for (t0 = vbt_now_ms(); stats(cp).standbys_warmed < 1; vb_progress(cp))
-		if (vbt_now_ms() - t0 > WAIT_MS)
-			fail_msg("no standby connection after %d ms", WAIT_MS);
-	for (t0 = vbt_now_ms(); vbt_now_ms() - t0 < 50;)
-		vb_progress(cp);
 
 	s0 = stats(cp);
 	for (uint64_t i = 1; i <= BURST; i++) {
