@@ -63,6 +63,8 @@ struct vbi_upcalls; /* engine/upcalls.h */
 /* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
  * per-publish or per-round array of peers is this long. */
 #define VBI_MAX_PEERS 1024u
+/* The largest SEND built in a lane's tx_hot (struct vbi_lane). */
+#define VBI_TX_HOT 256u
 
 /* One RDMA device the context uses: the primary, and optionally a second
  * one for standby lanes (vb_ctx_attr_t.standby_ip / standby_device). */
@@ -168,6 +170,12 @@ struct vbi_lane {
 	_Atomic(const char *) fail_why; /* reason of the first one (static) */
 
 	struct vbi_sring sr;
+	/* Where a lone small SEND is built (frame_batch), under *lk as the
+	 * ring: it goes inline (the post copies it into the work request), so
+	 * it needs no registered buffer, and this one stays in the caches and
+	 * the TLB where the ring's buffers are a new page each SEND (struct
+	 * vbi_slot says what that costs). */
+	uint8_t tx_hot[VBI_TX_HOT] __attribute__((aligned(64)));
 	/* A SEND with frames came in since our last post (set by the
 	 * progress thread before the callbacks run, cleared by the next
 	 * post under *lk): that post answers it, and goes unsignaled

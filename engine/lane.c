@@ -42,22 +42,28 @@ static int post_slot(struct vbi_lane *l, struct vbi_slot *s)
 	return rc;
 }
 
-/* Receive slots [@from, @to) of @l: allocated in blocks (vbi_buf_block)
- * and posted in lists of VBI_REPOST_BATCH (one post call each, as the
- * reposts). Every field of the lane is set before (the post publishes it
- * to the progress thread: init_gen). */
+/* Receive slots [@from, @to) of @l: allocated in blocks (vbi_buf_block),
+ * each block's heads (struct vbi_slot) in one allocation beside it when the
+ * QP takes two scatter entries, and posted in lists of VBI_REPOST_BATCH
+ * (one post call each, as the reposts). Every field of the lane is set
+ * before (the post publishes it to the progress thread: init_gen). */
 static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 {
 	struct vb_ctx *ctx = l->node->ctx;
+	bool heads = l->qp->cap.max_recv_sge >= 2 && ctx->attr.slot_size > VBI_RX_HEAD;
 	int rc = 0;
 
 	for (uint32_t i = from; i < to;) {
-		struct vbi_buf b[VBI_BUF_BLOCK];
+		struct vbi_buf b[VBI_BUF_BLOCK], h = { 0 };
 		uint32_t n = to - i < VBI_BUF_BLOCK ? to - i : VBI_BUF_BLOCK;
 
 		if ((rc = vbi_buf_block(l->dr->pool, ctx->attr.slot_size, n, b)) < 0)
 			return rc;
 		n = (uint32_t)rc;
+		if (heads && (rc = vbi_mempool_alloc(l->dr->pool, (size_t)n * VBI_RX_HEAD, &h))) {
+			vbi_mempool_free(l->dr->pool, b[0].addr);
+			return rc;
+		}
 		rc = 0;
 		for (uint32_t j = 0; j < n; j++, i++) {
 			struct vbi_slot *s = &l->slots[i];
@@ -66,6 +72,11 @@ static int lane_fill(struct vbi_lane *l, uint32_t from, uint32_t to)
 			s->lane = l;
 			s->buf = b[j];
 			s->carved = j != 0;
+			if (h.addr) {
+				s->head = (uint8_t *)h.addr + (size_t)j * VBI_RX_HEAD;
+				s->head_lkey = h.lkey;
+				s->head_owner = j == 0;
+			}
 		}
 	}
 	atomic_fetch_add_explicit(&ctx->init_gen, 1, memory_order_release);
@@ -252,10 +263,11 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
  * in between is signaled again, so a stream still corks behind it.
  * *l->lk held; the caller checked credits and ring space.
  */
-int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force)
+int vbi_lane_post_from(struct vbi_lane *l, struct vbi_sctx *s, const void *buf, uint32_t len,
+		       bool force)
 {
 	struct vb_ctx *ctx = l->node->ctx;
-	struct vbt_sge sge = { (uintptr_t)s->buf.addr, len, s->buf.lkey };
+	struct vbt_sge sge = { (uintptr_t)buf, len, s->buf.lkey };
 	struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .sg_list = &sge, .num_sge = 1,
 				  .opcode = VBT_WR_SEND };
 	int rc;
@@ -271,6 +283,9 @@ int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool for
 	}
 	if (len <= l->qp->cap.max_inline_data)
 		wr.flags |= VBT_SEND_INLINE;
+	else if (buf != s->buf.addr)
+		return vbi_err(-EINVAL, "lane %u: %u bytes to post from an unregistered buffer "
+			       "(inline: at most %u)", l->id, len, l->qp->cap.max_inline_data);
 	/* counted before the post, taken back if it fails: a vb_ctx_stats()
 	 * snapshot taken once the peer has the SEND includes it */
 	vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, wr.flags & VBT_SEND_SIGNALED, 1);
@@ -345,8 +360,12 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 		vbi_sring_untake(&l->sr);
 		return vbi_err(-EAGAIN, "no send buffer before the connection is committed");
 	}
-	memcpy(s->buf.addr, frames, len);
-	rc = vbi_lane_post(l, s, len, false);
+	if (len <= l->qp->cap.max_inline_data) { /* copied by the post: no ring buffer to touch */
+		rc = vbi_lane_post_from(l, s, frames, len, false);
+	} else {
+		memcpy(s->buf.addr, frames, len);
+		rc = vbi_lane_post(l, s, len, false);
+	}
 	if (rc)
 		vbi_sring_untake(&l->sr);
 	return rc;
@@ -371,11 +390,11 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	struct vb_node *node = l->node;
 	struct vb_ctx *ctx = node->ctx;
 	bool bound = l->peer != NULL;
-	const uint8_t *data = slot->buf.addr;
+	const uint8_t *data = vbi_slot_data(slot, byte_len);
 	unsigned drop_every;
 
 	if (l->mode == VB_QPT_UD) /* a datagram: after the GRH */
-		byte_len = vbi_wire_ud_frames(slot->buf.addr, byte_len, &data);
+		byte_len = vbi_wire_ud_frames(data, byte_len, &data);
 	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) &&
 	    (drop_every = test_drop_every()) && ++l->rx_count % drop_every == 0) {
 		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {

@@ -56,7 +56,21 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p);
  * Progress context; l->lk held unless called from vbi_lane_rc_recv. A
  * failed post is reported as a QP failure (vbi_lane_report). */
 void vbi_lane_repost_held(struct vbi_lane *l);
-int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force);
+/*
+ * Post one SEND of @len bytes from @buf for ring entry @s (taken by the
+ * caller: credits and ring space checked; *l->lk held). @buf is @s->buf,
+ * or, for a SEND that goes inline (@len <= the QP's max_inline_data), any
+ * memory: the post copies it. Signaled or not by the lane's rule
+ * (lane.c). 0, or the post's negative errno (the caller untakes @s);
+ * -EINVAL for a SEND too long to go inline from another buffer.
+ */
+int vbi_lane_post_from(struct vbi_lane *l, struct vbi_sctx *s, const void *buf, uint32_t len,
+		       bool force);
+/* vbi_lane_post_from() from the entry's own registered buffer. */
+static inline int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t len, bool force)
+{
+	return vbi_lane_post_from(l, s, s->buf.addr, len, force);
+}
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
 uint32_t vbi_lane_credits(const struct vbi_lane *l);
 /* A SEND was posted on @l: one remote slot used. *l->lk held (the posters'

@@ -44,7 +44,9 @@ int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr)
 		.pd = dr->pd,
 		.cq = dr->cq,
 		.cap = { .max_send_wr = ctx->sz.sq_depth, .max_recv_wr = ctx->sz.rq_depth,
-			 .max_send_sge = 2, .max_recv_sge = 1,
+			 .max_send_sge = 2,
+			 /* a receive slot's head and the rest (struct vbi_slot) */
+			 .max_recv_sge = dr->dev->caps.max_sge >= 2 ? 2 : 1,
 			 .max_inline_data = ctx->sz.max_inline },
 		.param = ctx->cp,
 		.quarantine_ms = VBI_LANE_QP_QUARANTINE_MS,

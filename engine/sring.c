@@ -128,16 +128,19 @@ void vbi_slots_free(struct vbi_mempool *pool, struct vbi_slot *slots, uint32_t n
 {
 	if (!slots)
 		return;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
 		if (slots[i].buf.addr && !slots[i].carved)
 			vbi_mempool_free(pool, slots[i].buf.addr);
+		if (slots[i].head_owner)
+			vbi_mempool_free(pool, slots[i].head);
+	}
 	free(slots);
 }
 
 uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_t n,
 			uint32_t len, int *rc)
 {
-	struct vbt_sge sge[VBI_REPOST_BATCH];
+	struct vbt_sge sge[2 * VBI_REPOST_BATCH];
 	struct vbt_recv_wr wr[VBI_REPOST_BATCH];
 	const struct vbt_recv_wr *bad = NULL;
 
@@ -145,10 +148,21 @@ uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_
 	if (!n)
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
-		sge[i] = (struct vbt_sge){ (uintptr_t)held[i]->buf.addr, len, held[i]->buf.lkey };
+		const struct vbi_slot *s = held[i];
+		struct vbt_sge *g = &sge[2 * i];
+		int nsge = 1;
+
+		if (s->head) { /* the head, then the rest (vbi_slot_data); len > VBI_RX_HEAD */
+			g[0] = (struct vbt_sge){ (uintptr_t)s->head, VBI_RX_HEAD, s->head_lkey };
+			g[1] = (struct vbt_sge){ (uintptr_t)s->buf.addr + VBI_RX_HEAD,
+						 len - VBI_RX_HEAD, s->buf.lkey };
+			nsge = 2;
+		} else {
+			g[0] = (struct vbt_sge){ (uintptr_t)s->buf.addr, len, s->buf.lkey };
+		}
 		wr[i] = (struct vbt_recv_wr){ .next = i + 1 < n ? &wr[i + 1] : NULL,
-					      .wr_id = (uintptr_t)held[i], .sg_list = &sge[i],
-					      .num_sge = 1 };
+					      .wr_id = (uintptr_t)s, .sg_list = g,
+					      .num_sge = nsge };
 	}
 	*rc = vbt_post_recv(qp, wr, &bad);
 	return !*rc ? n : bad ? (uint32_t)(bad - wr) : 0;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/mempool.h"
 
@@ -32,14 +33,40 @@ enum vbi_wr_kind {
 	VBI_WR_MC_RECV,          /* the multicast QP's receive slots (mcast.c) */
 };
 
-/* A receive slot: one registered buffer, posted again after use. */
+/* A receive slot: one registered buffer, posted again after use. A lane's
+ * slot also has a head: the first VBI_RX_HEAD bytes of what arrives land
+ * there (a receive of two scatter entries), and the rest in @buf after its
+ * first VBI_RX_HEAD bytes, which stay free. The heads of a lane's slots lie
+ * side by side, 16 to a page, so a receive of a small SEND (a request, an
+ * answer, an ACK) touches one of a few pages rather than a new page each
+ * time: the slots are consumed in turn, hundreds of them 16 KiB apart, and
+ * under an emulated MMU (the project's VM) a page that fell out of its TLB
+ * costs ~0.2 us to look up again, in the kernel's copy and in our parse
+ * alike (docs/benchmarks.md). vbi_slot_data() gives the bytes as one run. */
+#define VBI_RX_HEAD 256u
 struct vbi_slot {
 	uint8_t kind;
 	bool carved;             /* @buf is part of a block another slot owns
 				  * (vbi_buf_block): not freed on its own */
+	bool head_owner;         /* @head starts an allocation this slot frees */
 	struct vbi_lane *lane;   /* RC; NULL for UD */
 	struct vbi_buf buf;
+	uint8_t *head;           /* NULL: all of it lands in @buf */
+	uint32_t head_lkey;
 };
+
+/* The @byte_len bytes a completion of @s delivered, as one run: the head
+ * itself when they fit in it, else @s->buf with the head's bytes copied
+ * in front of the rest. Progress context (the slot's owner). */
+static inline const uint8_t *vbi_slot_data(struct vbi_slot *s, uint32_t byte_len)
+{
+	if (!s->head)
+		return s->buf.addr;
+	if (byte_len <= VBI_RX_HEAD)
+		return s->head;
+	memcpy(s->buf.addr, s->head, VBI_RX_HEAD);
+	return s->buf.addr;
+}
 
 /* A published message (ORDERED: in the retransmit window; FANOUT: until its
  * datagrams completed). It lives at the start of its own registered pool
@@ -139,7 +166,9 @@ static inline uint32_t vbi_repost_batch(uint32_t nslots)
 	return b < 1 ? 1 : b > VBI_REPOST_BATCH ? VBI_REPOST_BATCH : b;
 }
 /* Post receive slots @held[0..@n) (n <= VBI_REPOST_BATCH) to @qp again in
- * one list, @len bytes each. Returns how many went: all of them, or those
+ * one list, @len bytes each (a slot with a head: its VBI_RX_HEAD bytes and
+ * @len - VBI_RX_HEAD of its buffer; lane_fill gives heads only where @len
+ * is larger). Returns how many went: all of them, or those
  * before the one the post refused (*@rc is then its negative errno, else
  * 0). The caller owns the slots and counts what went. */
 uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_t n,

@@ -100,7 +100,8 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 	return 1;
 }
 
-/* A batch in ring entry @s: the ACKs we owe peer @p first (piggybacked,
+/* A batch for ring entry @s (in its buffer, or in the lane's tx_hot when
+ * it goes inline): the ACKs we owe peer @p first (piggybacked,
  * when vbi_peer_acks_ride() says they go now), then one BATCH frame with
  * this publisher's next whole messages from @m on (consecutive seqs, the
  * same flags) while they fit, one header for all and
@@ -115,7 +116,9 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 {
 	struct vb_ctx *ctx = p->node->ctx;
 	struct vb_pub *pub = pp->pub;
-	uint32_t room = cap - (uint32_t)(VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len));
+	uint32_t one = (uint32_t)(VBI_WIRE_HDR_LEN + vbi_wire_rec_size(m->len)), room;
+	uint32_t inl = l->qp->cap.max_inline_data < VBI_TX_HOT ? l->qp->cap.max_inline_data :
+		       VBI_TX_HOT;
 	struct vbi_wire_hdr bh = { .type = VBI_WT_BATCH, .flags = m->flags,
 				   .session = pub->session, .topic = pub->topic_id,
 				   .epoch = l->epoch, .seq = m->seq };
@@ -128,6 +131,16 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 		       l->tx_bctx.epoch == l->epoch;
 	int rc;
 
+	/* The last message in the window for @pp, and small (a request, an
+	 * answer): built in the lane's tx_hot and posted inline, rather than
+	 * in the entry's own buffer, a page the TLB has long forgotten
+	 * (struct vbi_lane.tx_hot) */
+	if (one <= inl && !vbi_txwin_get(&pub->win, pp->sent + 2)) {
+		buf = l->tx_hot;
+		if (cap > inl)
+			cap = inl;
+	}
+	room = cap - one;
 	off = acks = !vbi_peer_acks_ride(p, l) ? 0 :
 		vbi_peer_build_acks(p, l, buf, room < 8 * VBI_WIRE_HDR_LEN ? room : 8 * VBI_WIRE_HDR_LEN,
 				    &acks_upto);
@@ -168,7 +181,7 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	frame_count(ctx, frames, compact, 1);
 	if (acks)
 		vbi_peer_acks_count(p, acks_upto, 1);
-	rc = vbi_lane_post(l, s, off, false);
+	rc = vbi_lane_post_from(l, s, buf, off, false);
 	if (rc) {
 		frame_count(ctx, frames, compact, -1);
 		if (acks)
