@@ -35,12 +35,12 @@ uint64_t vbi_real_ns(void)
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
-/* ns = tsc * tsc_mult >> 32: integer arithmetic, since floating point is
+/* ns = tsc * vbi_tsc_mult_ >> 32: integer arithmetic, since floating point is
  * emulated call by call under TCG (every progress round reads this clock);
  * 0 until calibrated, or when there is no usable TSC */
-static uint64_t tsc_mult;
+uint64_t vbi_tsc_mult_;
 static pthread_once_t tsc_once = PTHREAD_ONCE_INIT;
-static int tsc_ready; /* set (release) once tsc_mult is final */
+int vbi_tsc_ready_; /* set (release) once vbi_tsc_mult_ is final */
 
 static void tsc_calibrate(void)
 {
@@ -51,21 +51,21 @@ static void tsc_calibrate(void)
 	n1 = vbi_mono_ns();
 	t1 = __rdtsc();
 	if (n1 > n0 && t1 > t0)
-		tsc_mult = (uint64_t)(((unsigned __int128)(n1 - n0) << 32) / (t1 - t0));
-	__atomic_store_n(&tsc_ready, 1, __ATOMIC_RELEASE);
+		vbi_tsc_mult_ = (uint64_t)(((unsigned __int128)(n1 - n0) << 32) / (t1 - t0));
+	__atomic_store_n(&vbi_tsc_ready_, 1, __ATOMIC_RELEASE);
 }
 
-uint64_t vbi_now_ns(void)
+uint64_t vbi_now_ns_slow(void)
 {
-	/* every progress round reads this: no pthread_once call once ready */
-	if (!__atomic_load_n(&tsc_ready, __ATOMIC_ACQUIRE))
+	/* the first call calibrates; vbi_now_ns() scales inline afterwards */
+	if (!__atomic_load_n(&vbi_tsc_ready_, __ATOMIC_ACQUIRE))
 		pthread_once(&tsc_once, tsc_calibrate);
-	if (tsc_mult)
-		return (uint64_t)(((unsigned __int128)__rdtsc() * tsc_mult) >> 32);
+	if (vbi_tsc_mult_)
+		return (uint64_t)(((unsigned __int128)__rdtsc() * vbi_tsc_mult_) >> 32);
 	return vbi_mono_ns();
 }
 #else
-uint64_t vbi_now_ns(void)
+uint64_t vbi_now_ns_slow(void)
 {
 	return vbi_mono_ns();
 }

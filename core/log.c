@@ -35,18 +35,7 @@ static struct {
 	   .more = PTHREAD_COND_INITIALIZER,
 	   .written = PTHREAD_COND_INITIALIZER };
 
-static _Thread_local unsigned defer_depth;
-
-void vbi_log_defer_begin(void)
-{
-	defer_depth++;
-}
-
-void vbi_log_defer_end(void)
-{
-	if (defer_depth)
-		defer_depth--;
-}
+_Thread_local unsigned vbi_log_defer_depth_;
 
 static void *log_main(void *arg)
 {
@@ -166,7 +155,7 @@ static void stderr_sink(int level, const char *func, int line, const char *msg, 
 		thr[0] = 0;
 	snprintf(text, sizeof(text), "verbus %ld.%06ld %s %s %s:%d: %s\n", (long)ts.tv_sec,
 		 (long)(ts.tv_nsec / 1000), thr, vbi_log_level_name(level), func, line, msg);
-	if (defer_depth) {
+	if (vbi_log_defer_depth_) {
 		pthread_mutex_lock(&logq.mu);
 		queued = logq_push(text);
 		pthread_mutex_unlock(&logq.mu);

@@ -49,8 +49,16 @@ void vbi_log_write(int level, const char *func, int line, const char *fmt, ...)
  * A forked child starts with an empty queue and no log thread (its
  * parent's queued lines are the parent's to write).
  */
-void vbi_log_defer_begin(void);
-void vbi_log_defer_end(void);
+extern _Thread_local unsigned vbi_log_defer_depth_; /* log.c; inline: every round */
+static inline void vbi_log_defer_begin(void)
+{
+	vbi_log_defer_depth_++;
+}
+static inline void vbi_log_defer_end(void)
+{
+	if (vbi_log_defer_depth_)
+		vbi_log_defer_depth_--;
+}
 /* Wait until every line queued so far is written. Any thread but the log
  * thread; blocks as long as stderr does. */
 void vbi_log_flush(void);

@@ -49,13 +49,6 @@ int vbi_txwin_push(struct vbi_txwin *w, void *ctx, uint32_t len, uint64_t *seq)
 	return 0;
 }
 
-const struct vbi_txent *vbi_txwin_get(const struct vbi_txwin *w, uint64_t seq)
-{
-	if (seq <= w->acked || seq >= w->next_seq)
-		return NULL;
-	return &w->ring[seq & (w->cap - 1)];
-}
-
 int vbi_txwin_ack(struct vbi_txwin *w, uint64_t seq, vbi_txwin_release_fn release, void *arg)
 {
 	int n = 0;

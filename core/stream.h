@@ -53,8 +53,14 @@ static inline uint32_t vbi_txwin_inflight(const struct vbi_txwin *w)
  * (back-pressure: nothing is dropped; retry after acks arrive). */
 int vbi_txwin_push(struct vbi_txwin *w, void *ctx, uint32_t len, uint64_t *seq);
 
-/* The unacknowledged entry for @seq, or NULL (acked already or never sent). */
-const struct vbi_txent *vbi_txwin_get(const struct vbi_txwin *w, uint64_t seq);
+/* The unacknowledged entry for @seq, or NULL (acked already or never sent).
+ * Inline: read for every message framed. */
+static inline const struct vbi_txent *vbi_txwin_get(const struct vbi_txwin *w, uint64_t seq)
+{
+	if (seq <= w->acked || seq >= w->next_seq)
+		return NULL;
+	return &w->ring[seq & (w->cap - 1)];
+}
 
 typedef void (*vbi_txwin_release_fn)(void *ctx, uint64_t seq, void *arg);
 

@@ -63,6 +63,9 @@ struct vbi_upcalls; /* engine/upcalls.h */
 /* The most peers a context accepts (vb_ctx_attr_t.max_peers): every
  * per-publish or per-round array of peers is this long. */
 #define VBI_MAX_PEERS 1024u
+/* How often a progress round runs the slow-subscriber check (upcall
+ * slow_check: vbi_pub_slow_check). */
+#define VBI_SLOW_CHECK_NS 10000000ull
 /* The largest SEND built in a lane's tx_hot (struct vbi_lane). */
 #define VBI_TX_HOT 256u
 
@@ -524,7 +527,8 @@ struct vb_ctx {
 	struct vbi_qp_timing qp_timing_own;
 	struct vbi_statfile *statf; /* the counters file and its stat thread
 				     * (proto/statfile.c); NULL: off */
-	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round */
+	uint64_t slow_check_ns;    /* progress: last vbi_pub_slow_check() round (its
+				    * upcall runs every VBI_SLOW_CHECK_NS) */
 	atomic_bool dev_removing;  /* some device is removed and not yet closed */
 	uint64_t reap_ns;          /* progress: last dev_reap try */
 	uint8_t auth_key[VBI_AUTH_KEY_MAX]; /* peer authentication (auth.c) */

@@ -221,13 +221,6 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p)
 	atomic_fetch_add_explicit(&l->node->ctx->init_gen, 1, memory_order_release);
 }
 
-uint32_t vbi_lane_credits(const struct vbi_lane *l)
-{
-	uint64_t returned = atomic_load_explicit(&l->returned_total, memory_order_relaxed);
-
-	return (uint32_t)(l->remote_slots + returned -
-			  atomic_load_explicit(&l->sends_total, memory_order_relaxed));
-}
 
 /* Post @wr (a SEND) on @l: a UD lane addresses the remote lane's QP (its
  * QPN, Q_Key and an AH from the connection set-up). *l->lk held. */

@@ -72,7 +72,15 @@ static inline int vbi_lane_post(struct vbi_lane *l, struct vbi_sctx *s, uint32_t
 	return vbi_lane_post_from(l, s, s->buf.addr, len, force);
 }
 int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len);
-uint32_t vbi_lane_credits(const struct vbi_lane *l);
+/* Credits left on @l: the remote slots not yet used (relaxed reads: a
+ * stale one sees fewer). Inline: read before every SEND. */
+static inline uint32_t vbi_lane_credits(const struct vbi_lane *l)
+{
+	uint64_t returned = atomic_load_explicit(&l->returned_total, memory_order_relaxed);
+
+	return (uint32_t)(l->remote_slots + returned -
+			  atomic_load_explicit(&l->sends_total, memory_order_relaxed));
+}
 /* A SEND was posted on @l: one remote slot used. *l->lk held (the posters'
  * count; the progress thread reads it without the lock). */
 static inline void vbi_lane_count_send(struct vbi_lane *l)

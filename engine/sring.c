@@ -183,16 +183,6 @@ void vbi_sring_fini(struct vbi_sring *sr)
 }
 
 /* Caller holds the ring's lock and has checked outstanding < n. */
-struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
-{
-	struct vbi_sctx *s = &sr->ctx[sr->head];
-
-	sr->head = (sr->head + 1) % sr->n;
-	sr->outstanding++;
-	atomic_store_explicit(&s->signaled, false, memory_order_relaxed);
-	atomic_store_explicit(&s->pos, sr->head_pos++, memory_order_relaxed);
-	return s;
-}
 
 /* @s was just posted signaled: its completion will release it (and every
  * unsignaled entry before it). Caller holds the ring's lock. */

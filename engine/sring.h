@@ -173,8 +173,21 @@ static inline uint32_t vbi_repost_batch(uint32_t nslots)
  * 0). The caller owns the slots and counts what went. */
 uint32_t vbi_slots_post(struct vbt_qp *qp, struct vbi_slot *const *held, uint32_t n,
 			uint32_t len, int *rc);
-/* The next entry to post (the caller checked outstanding < n). */
-struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr);
+/* The next entry to post (the caller checked outstanding < n). Inline:
+ * taken for every SEND. */
+static inline struct vbi_sctx *vbi_sring_take(struct vbi_sring *sr)
+{
+	struct vbi_sctx *s = &sr->ctx[sr->head];
+
+	sr->head = sr->head + 1 == sr->n ? 0 : sr->head + 1;
+	/* one writer (the ring's lock): a load and a store, not a locked add */
+	atomic_store_explicit(&sr->outstanding,
+			      atomic_load_explicit(&sr->outstanding, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	atomic_store_explicit(&s->signaled, false, memory_order_relaxed);
+	atomic_store_explicit(&s->pos, sr->head_pos++, memory_order_relaxed);
+	return s;
+}
 /* Undo vbi_sring_take() for an entry that was not posted (and its
  * vbi_sring_signaled, if any). */
 void vbi_sring_untake(struct vbi_sring *sr);

@@ -15,7 +15,6 @@
 #include "core/err.h"
 #include "core/log.h"
 
-#define SLOW_CHECK_NS 10000000ull /* vbi_pub_slow_check() at most every 10 ms */
 
 /* ---- window release and acknowledgements (pub->lock held) -------------------------- */
 
@@ -496,7 +495,7 @@ static void slow_send_ends(struct vb_pub *pub)
 
 void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 {
-	if (now - ctx->slow_check_ns < SLOW_CHECK_NS)
+	if (now - ctx->slow_check_ns < VBI_SLOW_CHECK_NS)
 		return;
 	ctx->slow_check_ns = now;
 	pthread_mutex_lock(&ctx->lock);
