@@ -178,7 +178,7 @@ struct vbi_lane {
 	 * it needs no registered buffer, and this one stays in the caches and
 	 * the TLB where the ring's buffers are a new page each SEND (struct
 	 * vbi_slot says what that costs). */
-	uint8_t tx_hot[VBI_TX_HOT] __attribute__((aligned(64)));
+	uint8_t tx_hot[VBI_TX_HOT];
 	/* A SEND with frames came in since our last post (set by the
 	 * progress thread before the callbacks run, cleared by the next
 	 * post under *lk): that post answers it, and goes unsignaled
