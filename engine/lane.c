@@ -496,7 +496,10 @@ void vbi_lane_retire(struct vbi_lane *l)
 	 * keeps that thread from sleeping on a retire it has not seen yet */
 	node->retiring++;
 	pthread_mutex_unlock(&node->maint_lock);
-	vbi_maint_kick(node);
+	if (l->peer) /* a peer's lane waits for the quiet time's end anyway */
+		vbi_maint_kick_unless_quiet(node);
+	else
+		vbi_maint_kick(node);
 }
 
 /*

@@ -150,6 +150,14 @@ void vbi_maint_stop(struct vb_node *node);
  * threads may still write to until the node is unreachable: last). */
 void vbi_maint_fini(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
+/* vbi_maint_kick, unless the context is within its quiet time after a
+ * switch of connection (vbi_ctx_quiet): what a switch asks of the
+ * conductor (retiring the old lane, warming a new standby) waits for the
+ * window's end anyway, and its next round comes by then (maint_main);
+ * woken now it would only take a CPU from the threads carrying the switch
+ * (on a small machine it preempts them: docs/benchmarks.md, "A failover,
+ * thread by thread"). Any thread. */
+void vbi_maint_kick_unless_quiet(struct vb_node *node);
 /* Conductor thread: connect @p's primary lane @l (bound, in_setup) to
  * p->addr in steps, within 3 x cm_timeout_ms. p->setup says how it went:
  * VBI_SETUP_CONNECTED (its HELLO went; in_setup stays: the lane is the

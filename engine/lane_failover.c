@@ -430,6 +430,8 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 		return;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+		bool urgent = false;
+
 		pthread_rwlock_rdlock(&n->lock);
 		for (struct vbi_peer *p = n->peers; p; p = p->next) {
 			bool down = false, acted = false;
@@ -451,6 +453,9 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 				else
 					vbi_lane_retire_locked(l);
 			}
+			/* no connection left: the conductor builds one at once,
+			 * even within the quiet time (maint_peer) */
+			urgent |= acted && !vbi_path_lane(&p->path);
 			pthread_mutex_unlock(&p->txlock);
 			if (acted) {
 				any = true;
@@ -460,8 +465,10 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 				ctx->up->peer_failed(p, "no connection can be had");
 		}
 		pthread_rwlock_unlock(&n->lock);
-		if (any)
+		if (urgent)
 			vbi_maint_kick(n);
+		else if (any) /* switched to a standby: the rest waits */
+			vbi_maint_kick_unless_quiet(n);
 	}
 	for (unsigned i = 0; i < ctx->ndev; i++)
 		atomic_store(&ctx->dr[i].failed, false);
@@ -494,5 +501,5 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 	}
 	pthread_mutex_unlock(&p->txlock);
 	vbi_peer_pev_flush(p);
-	vbi_maint_kick(p->node);
+	vbi_maint_kick_unless_quiet(p->node);
 }
