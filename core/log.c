@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 
 #include "core/config.h"
 #include "core/err.h" /* VBI_ERRMSG_MAX */
@@ -42,6 +45,13 @@ static void *log_main(void *arg)
 	char out[LOGQ_LINE];
 
 	(void)arg;
+	/* Background output: the lowest priority (nice 19, this thread
+	 * alone on Linux), so the line a failover logs is written when a CPU
+	 * is free rather than beside the failover's own threads. It still
+	 * gets its share when every CPU is busy; a queue it leaves full is
+	 * written by the logging thread itself (logq_push), so nothing waits
+	 * on it for long and nothing is lost. Best effort. */
+	(void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
 	pthread_mutex_lock(&logq.mu);
 	for (;;) {
 		while (!logq.n)
