@@ -151,7 +151,8 @@ void vbi_maint_stop(struct vb_node *node);
 void vbi_maint_fini(struct vb_node *node);
 void vbi_maint_kick(struct vb_node *node);
 /* vbi_maint_kick, unless the context is within its quiet time after a
- * switch of connection (vbi_ctx_quiet): what a switch asks of the
+ * switch of connection (vbi_ctx_quiet) and the node is not stopping (the
+ * conductor's own test: maint_quiet): what a switch asks of the
  * conductor (retiring the old lane, warming a new standby) waits for the
  * window's end anyway, and its next round comes by then (maint_main);
  * woken now it would only take a CPU from the threads carrying the switch

@@ -58,12 +58,6 @@ void vbi_maint_kick(struct vb_node *node)
 		(void)!write(node->wake_fd, &one, sizeof(one));
 }
 
-void vbi_maint_kick_unless_quiet(struct vb_node *node)
-{
-	if (vbi_mono_ns() >= atomic_load(&node->ctx->quiet_until_ns))
-		vbi_maint_kick(node);
-}
-
 static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
 {
 	return (uint64_t)ctx->attr.cm_timeout_ms * 3 * 1000000ull;
@@ -76,6 +70,12 @@ static uint64_t recover_timeout_ns(struct vb_ctx *ctx)
 static bool maint_quiet(struct vb_node *node, uint64_t now)
 {
 	return now < atomic_load(&node->ctx->quiet_until_ns) && !atomic_load(&node->stop);
+}
+
+void vbi_maint_kick_unless_quiet(struct vb_node *node)
+{
+	if (!maint_quiet(node, vbi_mono_ns()))
+		vbi_maint_kick(node);
 }
 
 /* Begin retiring the lanes marked so: peers' lanes and pending (unbound)
