@@ -18,6 +18,7 @@ function(verbus_layer target dir)
   file(MAKE_DIRECTORY ${root})
   file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${root}/${dir} SYMBOLIC)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${root}>)
+  verbus_lto_objects(${target})
   file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/layers/${dir}.objects
        CONTENT "$<JOIN:$<TARGET_OBJECTS:${target}>,\n>\n")
 endfunction()

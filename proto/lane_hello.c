@@ -222,7 +222,7 @@ static struct vbi_peer *hello_accept(struct vbi_lane *l, const struct vbi_wire_h
 			return NULL;
 		}
 		if (!vbi_ctx_take_peer(ctx)) {
-			char why[96];
+			char why[VBI_REFUSE_MAX + 1]; /* as vbi_lane_refuse reads it */
 
 			snprintf(why, sizeof(why), "max_peers (%u) reached at node '%s'",
 				 ctx->attr.max_peers, node->name);

@@ -63,6 +63,15 @@ lib=$(dirname "$pcdir")
 if grep -q "$t/staged" "$pc"; then
 	fail "verbus.pc names the install directory: $(grep "$t/staged" "$pc")"
 fi
+# The static library holds machine code only: GCC's intermediate code
+# (cmake/VerbusLto.cmake) would make a consumer's link run the link-time
+# pass, and fail under another GCC version
+if [ ! -f "$lib/libverbus.a" ]; then
+	fail "no libverbus.a installed"
+else
+	n=$(readelf -S -W "$lib/libverbus.a" | grep -c '\.gnu\.lto_')
+	[ "$n" = 0 ] || fail "libverbus.a holds link-time intermediate code ($n sections)"
+fi
 
 cat > "$t/use.c" <<'C'
 #include <stdio.h>
