@@ -81,7 +81,7 @@ static void pending_cap(struct vb_node *node)
 	unsigned n = 0;
 
 	for (struct vbi_lane *l = node->pending; l; l = l->next)
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd) && !l->refused_ns) {
+		if (!vbi_lane_dead(l) && !atomic_load(&l->hello_rcvd) && !l->refused_ns) {
 			n++;
 			oldest = l;
 		}
@@ -131,7 +131,7 @@ static void agent_room(struct vbi_accept *a, struct vbi_lane *l)
 
 	pthread_rwlock_rdlock(&node->lock);
 	for (struct vbi_lane *o = node->pending; o; o = o->next)
-		others += o->lean && !atomic_load(&o->dead);
+		others += o->lean && !vbi_lane_dead(o);
 	pthread_rwlock_unlock(&node->lock);
 	if (vbi_lane_commit_prepare(l, others))
 		vbi_info("accept: no registered room made ahead: %s", vbi_errmsg());

@@ -123,6 +123,23 @@ enum vbi_setup {
 };
 
 /*
+ * A lane's life, one way only (vbi_lane_life_raise): every thread reads
+ * it, any thread may raise it, none lowers it.
+ *   LIVE      posts go to it
+ *   RETIRING  failed or replaced, and handed to the conductor for
+ *             retirement (once): no more posts (vbi_lane_retire, and
+ *             maint_retire for a pending lane that failed)
+ *   DRAINING  its QP was moved to ERR: the flushes are expected
+ *             (maint_retire, vbi_lane_retire_start; vbi_lane_destroy_now
+ *             goes there straight from LIVE)
+ */
+enum vbi_lane_life {
+	VBI_LANE_LIVE = 0, /* a new lane is zeroed */
+	VBI_LANE_RETIRING,
+	VBI_LANE_DRAINING,
+};
+
+/*
  * A lane: one connection between two nodes (QP, CM state, receive
  * slots, a send ring, credits). A peer has one active lane (published
  * through its core/path, RCU-protected), at most one standby, and lanes
@@ -154,19 +171,16 @@ struct vbi_lane {
 	uint64_t last_returned;  /* unreliable: returned_total at the last check ... */
 	uint64_t credit_ns;      /* ... and when it last moved (credit resync) */
 	uint32_t epoch;          /* path epoch it was published with */
-	atomic_bool dead;        /* failed or being retired: no more posts */
-	atomic_bool draining;    /* we moved it to ERR: flushes are expected */
+	_Atomic uint8_t life;    /* enum vbi_lane_life: any thread reads and raises it */
 	atomic_bool rx_lost;     /* a received SEND could not be dispatched (no
 				  * memory to queue its deliveries): nothing
 				  * later on it is, the lane fails over and the
 				  * peer sends again what we did not acknowledge
 				  * (progress thread) */
-	atomic_bool retiring;    /* on node->retire (once) */
 	atomic_bool in_setup;    /* the thread accepting or connecting it still
 				  * uses it (the peer's HELLO can bind it before
 				  * that returns): maint_retire leaves it alone */
 	atomic_bool hello_rcvd;
-	atomic_bool hello_sent;
 	atomic_bool hello_claim; /* our HELLO is being / was sent (once) */
 	atomic_int fail_act;     /* worst disruptive enum vbi_err_action reported
 				  * by completions/events, not yet handled (0 none) */
@@ -535,12 +549,36 @@ struct vb_ctx {
 	size_t auth_key_len;       /* 0: no key */
 };
 
+/* Raise @l's life to @to (enum vbi_lane_life); a lane already there or
+ * past it keeps its state. Any thread. Returns the state before. */
+static inline enum vbi_lane_life vbi_lane_life_raise(struct vbi_lane *l, enum vbi_lane_life to)
+{
+	uint8_t cur = atomic_load(&l->life);
+
+	while (cur < to && !atomic_compare_exchange_weak(&l->life, &cur, (uint8_t)to))
+		;
+	return (enum vbi_lane_life)cur;
+}
+
+/* No more posts to @l: it is retiring or draining. Any thread. */
+static inline bool vbi_lane_dead(struct vbi_lane *l)
+{
+	return atomic_load(&l->life) != VBI_LANE_LIVE;
+}
+
+/* @l's QP was moved to ERR: its flushes are expected. Any thread. */
+static inline bool vbi_lane_draining(struct vbi_lane *l)
+{
+	return atomic_load(&l->life) == VBI_LANE_DRAINING;
+}
+
 /* Inside rcu read lock or txlock: the active lane if it can be posted to. */
 static inline struct vbi_lane *vbi_peer_lane(struct vbi_peer *p)
 {
 	struct vbi_lane *l = vbi_path_lane(&p->path);
 
-	return l && !atomic_load_explicit(&l->dead, memory_order_relaxed) ? l : NULL;
+	return l && atomic_load_explicit(&l->life, memory_order_relaxed) == VBI_LANE_LIVE ? l :
+	       NULL;
 }
 
 #endif

@@ -342,7 +342,7 @@ int vbi_lane_send_ctrl(struct vbi_lane *l, const void *frames, uint32_t len)
 	struct vbi_sctx *s;
 	int rc;
 
-	if (atomic_load(&l->dead))
+	if (vbi_lane_dead(l))
 		return -ENOTCONN;
 	if (len > l->max_send || (rss && len > rss))
 		return vbi_err(-EMSGSIZE, "control frames of %u bytes", len);
@@ -390,7 +390,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		byte_len = vbi_wire_ud_frames(data, byte_len, &data);
 	if (l->mode != VB_QPT_RC && atomic_load(&l->hello_rcvd) &&
 	    (drop_every = test_drop_every()) && ++l->rx_count % drop_every == 0) {
-		if (!atomic_load(&l->draining) && !atomic_load(&l->dead) && post_slot(l, slot)) {
+		if (!vbi_lane_dead(l) && post_slot(l, slot)) {
 			struct vbi_err_verdict v = { VBI_ACT_RESET_QP, VBI_SCOPE_QP,
 						     "receive repost failed" };
 
@@ -421,7 +421,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	if (!byte_len) { /* a SEND with no frame in it */
 		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
-	} else if (!atomic_load(&l->dead) && !(l->peer && atomic_load(&l->peer->closing))) {
+	} else if (!vbi_lane_dead(l) && !(l->peer && atomic_load(&l->peer->closing))) {
 		ctx->up->dispatch_frames(ctx, l, data, byte_len);
 		/* before the callbacks: what they publish answers this SEND */
 		atomic_store_explicit(&l->rx_since_post, true, memory_order_relaxed);
@@ -430,7 +430,7 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 	/* the callbacks, with no lock held; the slot (what they read) is
 	 * posted again after them */
 	ctx->up->cb_flush(ctx);
-	if (atomic_load(&l->draining) || atomic_load(&l->dead))
+	if (vbi_lane_dead(l))
 		return;
 	if (!bound) { /* not on a peer's lanes (no per-peer round): at once */
 		if (post_slot(l, slot)) {
@@ -467,7 +467,7 @@ void vbi_lane_repost_held(struct vbi_lane *l)
 	int rc;
 
 	l->nheld = 0;
-	if (!n || atomic_load(&l->draining) || atomic_load(&l->dead))
+	if (!n || vbi_lane_dead(l))
 		return;
 	ok = vbi_slots_post(l->qp, l->held, n, (uint32_t)l->node->ctx->attr.slot_size, &rc);
 	atomic_fetch_add(&l->posted_recvs, ok);
@@ -487,8 +487,7 @@ void vbi_lane_retire(struct vbi_lane *l)
 {
 	struct vb_node *node = l->node;
 
-	atomic_store(&l->dead, true);
-	if (atomic_exchange(&l->retiring, true))
+	if (vbi_lane_life_raise(l, VBI_LANE_RETIRING) >= VBI_LANE_RETIRING)
 		return;
 	pthread_mutex_lock(&node->maint_lock);
 	/* it stays on its peer's (or the pending) list, marked retiring: the
@@ -539,8 +538,7 @@ static void drain_marker(struct vbi_lane *l)
 void vbi_lane_retire_start(struct vbi_lane *l)
 {
 	pthread_mutex_lock(l->lk);
-	atomic_store(&l->dead, true);
-	atomic_store(&l->draining, true);
+	vbi_lane_life_raise(l, VBI_LANE_DRAINING);
 	pthread_mutex_unlock(l->lk);
 	if (l->retire_ns)
 		return;

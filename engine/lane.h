@@ -125,8 +125,6 @@ int vbi_peer_send_ctrl(struct vbi_peer *p, const void *frames, uint32_t len);
 
 /* lane_failover.c */
 void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *why);
-/* The same, and marked dead now: peer->txlock held (lane_failover.c). */
-void vbi_lane_retire_locked(struct vbi_lane *l);
 /* Make @s @p's active lane (new epoch, rewind, LANE frame unless @tell is
  * false); returns the lane that was active, for the caller to retire.
  * p->txlock held (lane_failover.c). */

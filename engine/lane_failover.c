@@ -58,7 +58,7 @@ void vbi_lane_report(struct vbi_lane *l, struct vbi_err_verdict v, const char *w
 	struct vb_ctx *ctx = l->node->ctx;
 	int cur;
 
-	if (atomic_load(&l->draining) || atomic_load(&l->dead) ||
+	if (vbi_lane_dead(l) ||
 	    !vbi_err_action_disrupts(v.action))
 		return;
 	{
@@ -215,12 +215,6 @@ void vbi_ctx_quiet(struct vb_ctx *ctx, uint64_t now)
 		;
 }
 
-void vbi_lane_retire_locked(struct vbi_lane *l)
-{
-	atomic_store(&l->dead, true);
-	vbi_lane_retire(l);
-}
-
 /*
  * Make @s the active lane: publish it (new epoch), rewind every publisher's
  * cursor to this peer to what it acknowledged (the retransmission), tell
@@ -256,7 +250,7 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
 		if (sb && sb != s)
-			vbi_lane_retire_locked(sb);
+			vbi_lane_retire(sb);
 	}
 	if (s->mode != p->mode) {
 		/* the mode changed: an event (on both ends) and a counter */
@@ -363,7 +357,7 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 		}
 		if (sb && sb != l) /* not the one that failed: keep it */
 			vbi_path_set_standby(&p->path, sb);
-		vbi_lane_retire_locked(l);
+		vbi_lane_retire(l);
 		return false;
 	}
 	d = vbi_path_fail(&p->path, l->epoch, now, 0);
@@ -381,28 +375,28 @@ static bool lane_failed_locked(struct vbi_peer *p, struct vbi_lane *l, enum vbi_
 	case VBI_PATH_SWITCH_TO_STANDBY: {
 		struct vbi_lane *s = d.lane, *old;
 
-		if (atomic_load(&s->dead)) { /* failed too (same port): no switch */
+		if (vbi_lane_dead(s)) { /* failed too (same port): no switch */
 			log_failed(p, l, act, NULL);
-			vbi_lane_retire_locked(s);
+			vbi_lane_retire(s);
 			goto rebuild;
 		}
 		atomic_fetch_add(&ctx->st->failovers, 1);
 		old = vbi_peer_switch_to(p, s, true);
 		log_failed(p, l, act, s);
 		if (old)
-			vbi_lane_retire_locked(old);
+			vbi_lane_retire(old);
 		return false;
 	}
 	case VBI_PATH_REBUILD:
 	case VBI_PATH_DEGRADE:
 		if (d.lane)
-			vbi_lane_retire_locked(d.lane);
+			vbi_lane_retire(d.lane);
 rebuild: {
 		struct vbi_lane *old = vbi_path_switch(&p->path, NULL, now, NULL);
 
 		if (old)
-			vbi_lane_retire_locked(old);
-		vbi_lane_retire_locked(l);
+			vbi_lane_retire(old);
+		vbi_lane_retire(l);
 		if (!p->recover_since_ns)
 			p->recover_since_ns = now;
 		atomic_fetch_add(&ctx->st->rebuilds, 1);
@@ -412,7 +406,7 @@ rebuild: {
 		return true;
 	case VBI_PATH_STALE:
 	case VBI_PATH_IN_PROGRESS:
-		vbi_lane_retire_locked(l);
+		vbi_lane_retire(l);
 		return false;
 	}
 	return false;
@@ -445,13 +439,13 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 						VBI_SCOPE_PORT, "port or device failed" },
 						atomic_load(&l->dr->fatal) ? "device fatal" : "port down");
 				act = atomic_exchange(&l->fail_act, 0);
-				if (!act || atomic_load(&l->dead))
+				if (!act || vbi_lane_dead(l))
 					continue;
 				acted = true;
 				if (!p->dead && !p->closing)
 					down |= lane_failed_locked(p, l, (enum vbi_err_action)act);
 				else
-					vbi_lane_retire_locked(l);
+					vbi_lane_retire(l);
 			}
 			/* no connection left: the conductor builds one at once,
 			 * even within the quiet time (maint_peer) */
@@ -486,10 +480,10 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->txlock);
-	if (atomic_load(&l->dead) || p->dead)
+	if (vbi_lane_dead(l) || p->dead)
 		vbi_warn("peer '%s': LANE on lane %u ignored: %s", p->name, l->id,
 			 p->dead ? "peer given up" : "that lane is being retired here");
-	if (!atomic_load(&l->dead) && vbi_path_lane(&p->path) != l && !p->dead) {
+	if (!vbi_lane_dead(l) && vbi_path_lane(&p->path) != l && !p->dead) {
 		struct vbi_lane *sb = vbi_path_take_standby(&p->path);
 
 		if (sb && sb != l)
@@ -497,7 +491,7 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 		old = vbi_peer_switch_to(p, l, false);
 		atomic_fetch_add(&p->node->ctx->st->failovers, 1);
 		if (old)
-			vbi_lane_retire_locked(old);
+			vbi_lane_retire(old);
 	}
 	pthread_mutex_unlock(&p->txlock);
 	vbi_peer_pev_flush(p);

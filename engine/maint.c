@@ -92,14 +92,14 @@ static void maint_retire(struct vb_node *node)
 
 		pthread_rwlock_wrlock(&node->lock);
 		for (struct vbi_lane **q = &node->pending; *q; q = &(*q)->next) {
-			if (!atomic_load(&(*q)->dead) && !atomic_load(&(*q)->fail_act))
+			if (!vbi_lane_dead(*q) && !atomic_load(&(*q)->fail_act))
 				continue;
 			if (atomic_load(&(*q)->in_setup))
 				continue;
 			victim = *q;
 			*q = victim->next;
 			victim->next = NULL;
-			atomic_store(&victim->retiring, true);
+			vbi_lane_life_raise(victim, VBI_LANE_RETIRING);
 			break;
 		}
 		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
@@ -109,11 +109,11 @@ static void maint_retire(struct vb_node *node)
 				break;
 			}
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
-				if (!atomic_load(&l->retiring) || atomic_load(&l->draining))
+				if (atomic_load(&l->life) != VBI_LANE_RETIRING)
 					continue;
 				if (atomic_load(&l->in_setup))
 					continue;
-				atomic_store(&l->draining, true);
+				vbi_lane_life_raise(l, VBI_LANE_DRAINING);
 				victim = l;
 				break;
 			}
@@ -303,7 +303,7 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 
 	pthread_mutex_lock(&p->txlock);
 	pl = p->probe;
-	if (!pl || !atomic_load(&pl->hello_rcvd) || atomic_load(&pl->dead) ||
+	if (!pl || !atomic_load(&pl->hello_rcvd) || vbi_lane_dead(pl) ||
 	    vbi_path_recovering(&p->path) || now - p->probe_ns < ival) {
 		pthread_mutex_unlock(&p->txlock);
 		return;
@@ -314,7 +314,7 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 	if (due == 1) {
 		old = vbi_peer_activate(p, pl, true, true);
 		if (old)
-			vbi_lane_retire_locked(old);
+			vbi_lane_retire(old);
 	}
 	pthread_mutex_unlock(&p->txlock);
 	if (due == 1) {
@@ -400,16 +400,16 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	need_probe = !need_lane && act && mode != VB_QPT_RC && !p->probe &&
 		     !vbi_path_recovering(&p->path);
 	for (struct vbi_lane *l = p->lanes; l; l = l->next) {
-		if (!atomic_load(&l->dead) && !atomic_load(&l->hello_rcvd)) {
+		if (!vbi_lane_dead(l) && !atomic_load(&l->hello_rcvd)) {
 			waiting_hello = true;
 			/* an unreliable lane's HELLO may be lost: give up on it */
 			if (l->mode != VB_QPT_RC && now - l->created_ns > recover_timeout_ns(ctx))
-				vbi_lane_retire_locked(l);
+				vbi_lane_retire(l);
 		}
 		/* a replaced standby no LANE frame came for */
-		if (l->replaced_ns && l != act && !atomic_load(&l->dead) &&
+		if (l->replaced_ns && l != act && !vbi_lane_dead(l) &&
 		    now - l->replaced_ns > VBI_REPLACED_KEEP_NS)
-			vbi_lane_retire_locked(l);
+			vbi_lane_retire(l);
 	}
 	pthread_mutex_unlock(&p->txlock);
 
@@ -464,7 +464,7 @@ static void build_step(struct vb_node *node, struct vbi_peer *p)
 	int rc;
 
 	if (atomic_load(&node->stop) || atomic_load(&p->dead) || atomic_load(&p->closing) ||
-	    atomic_load(&l->dead)) {
+	    vbi_lane_dead(l)) {
 		rc = vbi_err(-ECANCELED, "peer '%s': lane set-up abandoned", p->name);
 	} else {
 		rc = ctx->ops->conn_step(l->conn);

@@ -57,7 +57,7 @@ static void send_deferred_hello(struct vbi_peer *p)
 	vbi_rcu_enter(); /* lanes are freed after a grace period */
 	pthread_mutex_lock(&p->txlock);
 	for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next) {
-		if (!atomic_load(&o->hello_deferred) || atomic_load(&o->dead))
+		if (!atomic_load(&o->hello_deferred) || vbi_lane_dead(o))
 			continue;
 		if (atomic_load(&o->conn_ready))
 			hl = o;
@@ -97,7 +97,7 @@ static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle, bool full)
 static void lane_wc_error(struct vb_ctx *ctx, struct vbi_lane *l, const struct vbt_wc *wc,
 			  struct vbi_sctx *s)
 {
-	bool draining = atomic_load(&l->draining) || atomic_load(&l->dead);
+	bool draining = vbi_lane_dead(l);
 	struct vbi_err_verdict v = vbi_errpol_wc(&ctx->errpol, wc->status,
 						 draining ? VBI_ERRPOL_DRAINING : 0);
 
@@ -644,7 +644,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 	for (struct vbi_lane *o = p->lanes; o; o = o->next) {
 		unsigned n = atomic_load_explicit(&o->to_return, memory_order_relaxed);
 
-		if (o == l || atomic_load(&o->dead) || !atomic_load(&o->hello_rcvd) || n < 2 ||
+		if (o == l || vbi_lane_dead(o) || !atomic_load(&o->hello_rcvd) || n < 2 ||
 		    (n < o->nslots / 4 && !idle))
 			continue;
 		return_credits(o, buf);

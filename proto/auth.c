@@ -376,7 +376,7 @@ bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vb
 	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED);
 	struct vbi_wire_lanes st = { .max_lane_id = p->max_lane_id, .epoch_rx = p->lane_epoch_rx };
 
-	if (atomic_load(&l->dead) || p->dead)
+	if (vbi_lane_dead(l) || p->dead)
 		return true; /* vbi_lane_on_switch ignores it (and says why) */
 	switch (vbi_wire_lane_rule(&st, p->connector, l->role == VBI_LANE_PROBE, id, h)) {
 	case VBI_WLANE_WIDE:

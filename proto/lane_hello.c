@@ -107,7 +107,6 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	vbi_hello_auth_put(l, pl); /* authentication section (auth.c) */
 	pthread_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
-	atomic_store(&l->hello_sent, rc == 0);
 	pthread_mutex_unlock(l->lk);
 	if (rc) {
 		struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "cannot send HELLO" };
@@ -316,7 +315,7 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 			 * (and the other end, which took it for a standby, is told) */
 			old = vbi_peer_switch_to(p, l, true);
 			if (old)
-				vbi_lane_retire_locked(old);
+				vbi_lane_retire(old);
 		} else {
 			/* A standby it replaces stays a while: the connector
 			 * builds a new one after it switched to the old one, and
@@ -338,7 +337,7 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 		pthread_mutex_lock(&p->txlock);
 		old = vbi_peer_switch_to(p, l, false);
 		if (old)
-			vbi_lane_retire_locked(old);
+			vbi_lane_retire(old);
 		pthread_mutex_unlock(&p->txlock);
 	}
 	vbi_peer_pev_flush(p);

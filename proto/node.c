@@ -132,7 +132,7 @@ void vbi_node_reap(struct vb_node *node)
 				continue;
 			}
 			for (struct vbi_lane *l = p->lanes; l; l = l->next)
-				if (!atomic_load(&l->retiring))
+				if (!vbi_lane_dead(l))
 					vbi_lane_retire(l);
 			vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
 			vbi_path_take_standby(&p->path);
@@ -246,7 +246,7 @@ void vbi_node_pending_expire(struct vb_node *node)
 
 	pthread_rwlock_rdlock(&node->lock);
 	for (struct vbi_lane *l = node->pending; l; l = l->next) {
-		if (atomic_load(&l->dead) || atomic_load(&l->in_setup))
+		if (vbi_lane_dead(l) || atomic_load(&l->in_setup))
 			continue;
 		if (l->refused_ns) { /* its BYE went (or 1 s passed): close it */
 			uint32_t out;
@@ -520,7 +520,7 @@ int vbi_node_connect_addr(struct vb_node *node, const struct sockaddr_storage *a
 		return rc;
 	t0 = now_ms();
 	while (!atomic_load(&p->up)) {
-		if (atomic_load(&l->dead) || p->dead) {
+		if (vbi_lane_dead(l) || p->dead) {
 			rc = connect_refusal(p, l, where);
 			goto err_linked;
 		}
@@ -628,7 +628,7 @@ static bool switch_step(struct vb_node *node, struct vbi_switch *w, uint64_t now
 			  addr_str(&w->to, at, sizeof(at)), (double)(now - w->t0_ns) / 1e6);
 		return true;
 	}
-	if (!atomic_load(&w->l->dead) && !w->q->dead && now <= w->deadline_ns)
+	if (!vbi_lane_dead(w->l) && !w->q->dead && now <= w->deadline_ns)
 		return false;
 	if (now > w->deadline_ns)
 		vbi_err(-ETIMEDOUT, "no HELLO from %s in time", addr_str(&w->to, at, sizeof(at)));

@@ -128,11 +128,11 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 			vbi_path_mode_name(vbi_path_mode(&p->path)), a ? a->id : 0, p->rx_lane_id,
 			p->probe ? ", probing RC" : "");
 		for (struct vbi_lane *l = p->lanes; l; l = l->next)
-			fprintf(f, "    lane %u %s QP %u on %s %s%s%s%s credits %u sq %u/%u recvs %u/%u "
+			fprintf(f, "    lane %u %s QP %u on %s %s%s%s credits %u sq %u/%u recvs %u/%u "
 				"to_return %u\n", l->id, vbi_path_mode_name((enum vb_qp_type)l->mode),
 				l->qp->qpn, l->dr->dev->caps.name,
-				l == a ? "active" : "", atomic_load(&l->dead) ? " dead" : "",
-				atomic_load(&l->retiring) ? " retiring" : "",
+				l == a ? "active" : "",
+				vbi_lane_draining(l) ? " draining" : vbi_lane_dead(l) ? " retiring" : "",
 				atomic_load(&l->hello_rcvd) ? "" : " no-hello", vbi_lane_credits(l),
 				(unsigned)l->sr.outstanding, l->sr.n, atomic_load(&l->posted_recvs),
 				l->nslots, atomic_load_explicit(&l->to_return, memory_order_relaxed));

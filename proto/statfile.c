@@ -171,8 +171,10 @@ static void fill_lane(struct vbi_stat_lane *o, const struct vbi_peer *p, struct 
 	o->mode = l->mode;
 	o->qp_state = (uint8_t)vbt_qp_state(l->qp);
 	o->active = l == act;
-	o->dead = atomic_load(&l->dead);
-	o->retiring = atomic_load(&l->retiring);
+	/* one state since the lane's life is one (engine.h: a lane that
+	 * takes no more posts is being retired); both fields stay */
+	o->dead = vbi_lane_dead(l);
+	o->retiring = o->dead;
 	o->hello = atomic_load(&l->hello_rcvd);
 	if (o->hello) /* remote_slots comes with it */
 		o->credits = vbi_lane_credits(l);
