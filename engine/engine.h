@@ -131,7 +131,7 @@ enum vbi_setup {
  *             maint_retire for a pending lane that failed)
  *   DRAINING  its QP was moved to ERR: the flushes are expected
  *             (maint_retire, vbi_lane_retire_start; vbi_lane_destroy_now
- *             goes there straight from LIVE)
+ *             goes there from either state before)
  */
 enum vbi_lane_life {
 	VBI_LANE_LIVE = 0, /* a new lane is zeroed */

@@ -3,7 +3,7 @@
  * A lane's life (engine/engine.h, enum vbi_lane_life): LIVE -> RETIRING ->
  * DRAINING, raised one way. One thread: each step, the way back refused,
  * and vbi_lane_destroy_now's jump from LIVE to DRAINING. Many threads: on
- * each of 2,000 lanes, 8 threads raise at once (to RETIRING or DRAINING,
+ * each of 20,000 lanes, 8 threads raise at once (to RETIRING or DRAINING,
  * at random); exactly one of them must find the lane LIVE (the hand-over
  * to the conductor that vbi_lane_retire makes once), and every lane must
  * end at the highest state asked for. (With the raise made a load and a
