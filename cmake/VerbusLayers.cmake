@@ -10,7 +10,8 @@
 # but a target sees only its own root and, through its links
 # (target_link_libraries), the roots of the layers below: an upward #include
 # does not compile. It also writes layers/<dir>.objects (the target's object
-# files) for scripts/check-layers.sh, which checks calls (nm) as well.
+# files) for scripts/check-layers.sh, which checks calls (nm) as well, and
+# compiles the target's objects for the shared library (VerbusCodegen.cmake).
 set(VERBUS_LAYER_INCLUDE ${PROJECT_BINARY_DIR}/layer-include)
 
 function(verbus_layer target dir)
@@ -19,6 +20,7 @@ function(verbus_layer target dir)
   file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${root}/${dir} SYMBOLIC)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${root}>)
   verbus_lto_objects(${target})
+  verbus_codegen(${target})
   file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/layers/${dir}.objects
        CONTENT "$<JOIN:$<TARGET_OBJECTS:${target}>,\n>\n")
 endfunction()

@@ -6,6 +6,11 @@
 /* struct urcu_reader and urcu_memb_reader: a thread's registry entry (the
  * fork handler below unlinks those of the threads a child does not have) */
 #include <urcu/static/urcu-memb.h>
+/* liburcu's own thread-local, read here once per thread: reached the
+ * general way, so that the library's initial-exec model
+ * (cmake/VerbusCodegen.cmake) does not force liburcu-memb's TLS into the
+ * static block as well */
+extern __thread struct urcu_reader urcu_memb_reader __attribute__((tls_model("global-dynamic")));
 
 #include "core/log.h"
 

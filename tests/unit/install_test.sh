@@ -2,14 +2,16 @@
 # SPDX-License-Identifier: MIT
 # What a user of the installed library does (ctest install_test, label
 # unit): `cmake --install BUILD --prefix DIR`, the tree moved elsewhere
-# (relocated), then four consumers of <verbus/verbus.h> built against the
+# (relocated), then five consumers of <verbus/verbus.h> built against the
 # moved tree and run (each prints vb_version(), which must match the
 # package's version):
 #   1. pkg-config, shared library, with no other pkg-config module visible
 #      (verbus.pc must not require the library's private dependencies);
 #   2. pkg-config --static, the static library;
 #   3. CMake find_package(verbus), verbus::verbus, with no pkg-config at all;
-#   4. CMake find_package(verbus COMPONENTS static), verbus::verbus_static.
+#   4. CMake find_package(verbus COMPONENTS static), verbus::verbus_static;
+#   5. dlopen("libverbus.so.0"), with GLIBC_TUNABLES giving it static TLS
+#      room (README, "Using verbus from another project").
 #
 #   tests/unit/install_test.sh BUILD_DIR C_COMPILER VERSION [SANITIZE]
 #   tests/unit/install_test.sh --tree PREFIX C_COMPILER VERSION
@@ -128,6 +130,37 @@ CM
 }
 cmake_consumer shared "" verbus::verbus /nonexistent/pkg-config
 cmake_consumer static "COMPONENTS static" verbus::verbus_static
+
+# 5. dlopen(), with the static TLS room the README gives it: libjemalloc's
+# thread-locals and the library's own are initial-exec
+# (cmake/VerbusCodegen.cmake); a thread-local made initial-exec past that
+# room fails here
+cat > "$t/use_dl.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void)
+{
+	void *h = dlopen("libverbus.so.0", RTLD_NOW | RTLD_LOCAL);
+	const char *(*version)(void);
+
+	if (!h) {
+		fprintf(stderr, "%s\n", dlerror());
+		return 1;
+	}
+	*(void **)&version = dlsym(h, "vb_version");
+	if (!version) {
+		fprintf(stderr, "%s\n", dlerror());
+		return 1;
+	}
+	printf("%s\n", version());
+	return 0;
+}
+C
+if ! "$cc" "${flags[@]}" "$t/use_dl.c" -ldl -o "$t/use_dl" 2> "$t/cc.log"; then
+	fail "dlopen consumer does not build: $(cat "$t/cc.log")"
+else
+	GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 run "dlopen" "$t/use_dl"
+fi
 
 [ "$bad" = 0 ] && echo "install_test: all consumers built against ${tree:-the moved tree} and ran"
 exit "$bad"
