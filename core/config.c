@@ -146,6 +146,11 @@ static const struct vbi_cfg_var table[] = {
 	    .doc = "an ORDERED acknowledgement owed this long goes with the next SEND, or alone "
 		   "on an idle connection; credits alone go back when nothing arrived for "
 		   "that long"),
+	ROW(FLUSH_BURST, .type = VBI_CFG_SIZE, .dflt = "64k", .min = 0, .max = 64 * MiB,
+	    .field = "(internal) the ORDERED flush",
+	    .doc = "batches of small ORDERED messages one flush posts while a signaled SEND is in "
+		   "flight, in whole SENDs (at least one); the rest follows its completion (0: "
+		   "no bound)"),
 	ROW(FAILOVER_QUIET_MS, .type = VBI_CFG_MS, .dflt = "50", .min = 0, .max = 10000,
 	    .field = "(internal) the conductor after a switch",
 	    .doc = "after a switch of connection, the conductors leave their other work this long "

@@ -447,6 +447,10 @@ struct vb_ctx {
 	 * VERBUS_FAILOVER_QUIET_MS, set at create. */
 	uint64_t quiet_ns;
 	_Atomic uint64_t quiet_until_ns;
+	/* What one ORDERED flush posts beyond a signaled SEND still in flight
+	 * (vbi_peer_flush): VERBUS_FLUSH_BURST bytes, set at create; 0: no
+	 * bound */
+	uint64_t flush_burst;
 
 	/* UD endpoint (FANOUT), on ud_dr (dr[0]; dr[1] after dr[0] was removed:
 	 * dev_reap (progress.c) moves it, under ud_lock) */

@@ -153,6 +153,7 @@ static void ctx_init_early(struct vb_ctx *ctx)
 	vbi_cb_init(ctx);
 	vbi_errpol_init(&ctx->errpol);
 	ctx->quiet_ns = vbi_cfg_ms_ns(VBI_CFG_FAILOVER_QUIET_MS);
+	vbi_cfg_u64(VBI_CFG_FLUSH_BURST, &ctx->flush_burst);
 	vbt_conn_param_init(&ctx->cp);
 	ctx->cp.cm_timeout_ms = attr->cm_timeout_ms;
 	/* RC QPs accept RDMA WRITE at the QP level, but no memory region is

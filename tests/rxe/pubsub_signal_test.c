@@ -35,6 +35,17 @@
  * take at most 2 SENDs before the first vb_progress() and few after it,
  * all delivered once, in order. With no SEND signaled when the lane is
  * idle, every publish would post its own.
+ *
+ * test_flush_burst: what one flush posts beyond a signaled SEND still in
+ * flight is bounded (VERBUS_FLUSH_BURST, 32 KiB here: 2 SENDs of 16 KiB).
+ * BIG messages of nearly a slot each (one SEND apiece) are published with
+ * no progress call: the first goes, signaled, the rest cork behind it.
+ * Then every vb_progress() call may post at most 2 SENDs and a control
+ * frame, and all of them arrive once, in order. Before, the first flush
+ * after that completion posted the whole backlog, as far as credits went,
+ * in one call; and a flush into a connection whose peer had failed went on
+ * posting as long (Soft-RoCE carries each SEND's whole transfer inside
+ * the post, which held the lane's lock for milliseconds in a failover).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -60,6 +71,9 @@
 
 #define ROUNDS 1000u
 #define BURST 200u
+#define BIG 40u           /* test_flush_burst: messages of */
+#define BIG_LEN 15000u    /* bytes (one per 16 KiB SEND) */
+#define BIG_PER_CALL 3u   /* 2 SENDs of the 32 KiB burst, and a control frame */
 #define WAIT_MS 10000
 
 static vb_ctx_t *ctx_app(void)
@@ -253,28 +267,59 @@ static void test_answers_small_rings(void **state)
 	pingpong(1000, true);
 }
 
-static void test_stream_corks(void **state)
-{
-	vb_ctx_t *cp = ctx_app(), *cs = vbt_ctx_open(NULL);
-	vb_node_t *np = vbt_node_open(cp, "cork-pub", false), *ns = vbt_node_open(cs, "cork-sub", true);
-	static struct vbt_count got;
-	uint8_t msg[64] = { 0 };
-	vb_sub_attr_t sa;
+/* A stream from a publishing context in VB_PROGRESS_APP (driven by this
+ * thread) to a subscribing one with its progress thread, connected and
+ * settled; @got counts the deliveries. */
+struct stream {
+	vb_ctx_t *cp, *cs;
+	vb_node_t *np, *ns;
 	vb_pub_t *pub;
 	vb_sub_t *sub;
+};
+
+static void stream_open(struct stream *x, const char *topic, struct vbt_count *got)
+{
+	vb_sub_attr_t sa;
+
+	x->cp = ctx_app();
+	x->cs = vbt_ctx_open(NULL);
+	x->np = vbt_node_open(x->cp, "stream-pub", false);
+	x->ns = vbt_node_open(x->cs, "stream-sub", true);
+	memset(got, 0, sizeof(*got));
+	assert_int_equal(vb_pub_create(x->np, topic, VB_ORDERED, NULL, &x->pub), 0);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = vbt_count_cb;
+	sa.arg = got;
+	assert_int_equal(vb_sub_create(x->ns, topic, VB_ORDERED, &sa, &x->sub), 0);
+	if (vb_node_connect(x->np, vbt_test_ip(), vb_node_port(x->ns)))
+		fail_msg("connect: %s", vb_errmsg());
+	settle(x->cp, x->pub);
+}
+
+static void stream_close(struct stream *x)
+{
+	assert_int_equal(vb_pub_destroy(x->pub), 0);
+	assert_int_equal(vb_sub_destroy(x->sub), 0);
+	assert_int_equal(vb_node_destroy(x->ns), 0);
+	assert_int_equal(vb_node_destroy(x->np), 0);
+	assert_int_equal(vb_ctx_destroy(x->cs), 0);
+	assert_int_equal(vb_ctx_destroy(x->cp), 0);
+}
+
+static void test_stream_corks(void **state)
+{
+	static struct vbt_count got;
+	struct stream x;
+	uint8_t msg[64] = { 0 };
+	vb_ctx_t *cp;
+	vb_pub_t *pub;
 	vb_stats_t s0, s1, s2;
 	uint64_t t0, early, sends;
 
 	(void)state;
-	memset(&got, 0, sizeof(got));
-	assert_int_equal(vb_pub_create(np, "cork", VB_ORDERED, NULL, &pub), 0);
-	vb_sub_attr_init(&sa);
-	sa.on_msg = vbt_count_cb;
-	sa.arg = &got;
-	assert_int_equal(vb_sub_create(ns, "cork", VB_ORDERED, &sa, &sub), 0);
-	if (vb_node_connect(np, vbt_test_ip(), vb_node_port(ns)))
-		fail_msg("connect: %s", vb_errmsg());
-	settle(cp, pub);
+	stream_open(&x, "cork", &got);
+	cp = x.cp;
+	pub = x.pub;
 
 	s0 = stats(cp);
 	for (uint64_t i = 1; i <= BURST; i++) {
@@ -307,13 +352,58 @@ static void test_stream_corks(void **state)
 		fail_msg("%" PRIu64 " SENDs before the first progress call (at most 2), %" PRIu64
 			 " in all (at most %u): the burst was not corked behind a signaled SEND",
 			 early, sends, BURST / 4);
+	stream_close(&x);
+}
 
-	assert_int_equal(vb_pub_destroy(pub), 0);
-	assert_int_equal(vb_sub_destroy(sub), 0);
-	assert_int_equal(vb_node_destroy(ns), 0);
-	assert_int_equal(vb_node_destroy(np), 0);
-	assert_int_equal(vb_ctx_destroy(cs), 0);
-	assert_int_equal(vb_ctx_destroy(cp), 0);
+static void test_flush_burst(void **state)
+{
+	static struct vbt_count got;
+	static uint8_t msg[BIG_LEN];
+	struct stream x;
+	vb_ctx_t *cp;
+	vb_pub_t *pub;
+	vb_stats_t s0, s1;
+	uint64_t t0, calls = 0, most = 0, sends = 0;
+
+	(void)state;
+	/* read at vb_ctx_create(): this stream's two contexts only */
+	assert_int_equal(setenv("VERBUS_FLUSH_BURST", "32k", 1), 0);
+	stream_open(&x, "burst", &got);
+	assert_int_equal(unsetenv("VERBUS_FLUSH_BURST"), 0);
+	cp = x.cp;
+	pub = x.pub;
+
+	s0 = stats(cp);
+	for (uint64_t i = 1; i <= BIG; i++) {
+		memcpy(msg, &i, sizeof(i));
+		if (vb_publish(pub, msg, sizeof(msg), NULL))
+			fail_msg("publish %" PRIu64 ": %s", i, vb_errmsg());
+	}
+	s1 = stats(cp);
+	if (s1.sends_posted - s0.sends_posted > 2)
+		fail_msg("%" PRIu64 " SENDs before the first progress call (at most 2): the "
+			 "messages were not corked", s1.sends_posted - s0.sends_posted);
+	for (t0 = vbt_now_ms(); atomic_load(&got.got) < BIG; calls++) {
+		uint64_t before = s1.sends_posted;
+
+		if (vbt_now_ms() - t0 > WAIT_MS)
+			fail_msg("%" PRIu64 " of %u delivered after %d ms",
+				 (uint64_t)atomic_load(&got.got), BIG, WAIT_MS);
+		vb_progress(cp);
+		s1 = stats(cp);
+		if (s1.sends_posted - before > most)
+			most = s1.sends_posted - before;
+	}
+	sends = s1.sends_posted - s0.sends_posted;
+	printf("%u messages of %u bytes: %" PRIu64 " SENDs over %" PRIu64
+	       " progress calls, at most %" PRIu64 " in one\n",
+	       BIG, BIG_LEN, sends, calls, most);
+	assert_int_equal(atomic_load(&got.bad), 0);
+	assert_int_equal(atomic_load(&got.got), BIG);
+	if (most > BIG_PER_CALL)
+		fail_msg("%" PRIu64 " SENDs posted in one vb_progress() call (at most %u): the "
+			 "flush was not bounded by VERBUS_FLUSH_BURST", most, BIG_PER_CALL);
+	stream_close(&x);
 }
 
 int main(void)
@@ -322,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_answers_unsignaled),
 		cmocka_unit_test(test_answers_small_rings),
 		cmocka_unit_test(test_stream_corks),
+		cmocka_unit_test(test_flush_burst),
 	};
 
 	vbt_require_device();
