@@ -369,6 +369,22 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out);
 
 /* pub_frame.c, pub_ordered.c (ORDERED), pub_fanout.c (FANOUT), pub.c */
 void vbi_peer_flush(struct vbi_peer *peer);
+/* The cork (vbi_pub_commit, and vbi_peer_flush after a burst): true when
+ * @p's queued data is left behind the signaled SEND in flight on its lane
+ * @l; false when none is (post it now). It sets @p->tx_pending, then
+ * @p->corked, then looks at the count again; the progress thread clears
+ * the count before it looks at the flag (all seq_cst): either this sees
+ * the SEND completed, or the progress round that reaped it sees the flag
+ * and flushes (vbi_peer_after_poll). Any thread, inside an RCU read-side
+ * section (@l). */
+static inline bool vbi_peer_cork(struct vbi_peer *p, struct vbi_lane *l)
+{
+	if (!atomic_load(&l->sr.sig_inflight))
+		return false;
+	atomic_store(&p->tx_pending, true);
+	atomic_store(&p->corked, true);
+	return atomic_load(&l->sr.sig_inflight) != 0;
+}
 void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_ns);

@@ -247,13 +247,9 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 
 		atomic_store(&p->tx_pending, true); /* before the cork's flag */
 		if (l && !atomic_load_explicit(&l->rx_since_post, memory_order_relaxed) &&
-		    atomic_load(&l->sr.sig_inflight)) {
-			atomic_store(&p->corked, true);
-			if (atomic_load(&l->sr.sig_inflight)) {
-				atomic_fetch_add_explicit(&ctx->st->cork_holds, 1,
-							  memory_order_relaxed);
-				continue;
-			}
+		    vbi_peer_cork(p, l)) {
+			atomic_fetch_add_explicit(&ctx->st->cork_holds, 1, memory_order_relaxed);
+			continue;
 		}
 		vbi_peer_flush(p);
 	}

@@ -244,21 +244,6 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	return frame_batch(p, l, pp, s, m, cap);
 }
 
-/* The burst of vbi_peer_flush is posted: true (what is left corked behind
- * the lane's signaled SEND in flight) unless none is in flight. The flag
- * is set before the second look at the count, and the progress thread
- * clears the count before it looks at the flag (both seq_cst), as in
- * vbi_pub_commit: either this sees the SEND completed and the flush goes
- * on, or the progress round that reaped it sees the flag. */
-static bool burst_corks(struct vbi_peer *p, struct vbi_lane *l)
-{
-	if (!atomic_load(&l->sr.sig_inflight))
-		return false;
-	atomic_store(&p->tx_pending, true);
-	atomic_store(&p->corked, true);
-	return atomic_load(&l->sr.sig_inflight) != 0;
-}
-
 /*
  * Frame as much as credits and the send queue of the peer's active lane
  * allow. Takes txlock; the lane is read from the path inside an RCU
@@ -336,7 +321,7 @@ void vbi_peer_flush(struct vbi_peer *p)
 		if (rc > 0) {
 			p->rr = pp;
 			if (burst && !frag && !--left) {
-				if (burst_corks(p, l))
+				if (vbi_peer_cork(p, l))
 					break;
 				left = burst; /* the SEND completed meanwhile: the next burst */
 			}
