@@ -4,7 +4,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 /* struct urcu_reader and urcu_memb_reader: a thread's registry entry (the
- * fork handler below unlinks those of the threads a child does not have) */
+ * fork handler below unlinks those of the threads a child does not have);
+ * core/rcu.h includes it too */
 #include <urcu/static/urcu-memb.h>
 /* liburcu's own thread-local, read here once per thread: reached the
  * general way, so that the library's initial-exec model
@@ -78,6 +79,22 @@ static void fork_child(void)
 	 * that locked them (a write-locked rwlock is its owner's to unlock) */
 	pthread_mutex_init(&reg_lock, NULL);
 	pthread_rwlock_init(&sync_lock, NULL);
+}
+
+/* ---- registration ------------------------------------------------------------------ */
+
+__thread struct urcu_reader *vbi_rcu_reader;
+
+void vbi_rcu_register_thread(void)
+{
+	urcu_memb_register_thread();
+	vbi_rcu_reader = &URCU_TLS(urcu_memb_reader);
+}
+
+void vbi_rcu_unregister_thread(void)
+{
+	urcu_memb_unregister_thread();
+	vbi_rcu_reader = NULL;
 }
 
 /* ---- lazily registered readers ------------------------------------------------------- */

@@ -28,6 +28,8 @@
 
 #include <stdbool.h>
 #include <urcu/urcu-memb.h>
+/* struct urcu_reader, urcu_memb_gp, urcu_memb_smp_mb_slave(): the read side below */
+#include <urcu/static/urcu-memb.h>
 
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
@@ -40,16 +42,31 @@ extern char vbi_rcu_tsan_token;
 #define VBI_TSAN_ACQUIRE() do { } while (0)
 #endif
 
-static inline void vbi_rcu_register_thread(void)
-{
-	urcu_memb_register_thread();
-}
+/* Register / unregister the calling thread (core/rcu.c): besides liburcu's
+ * registration they set / clear vbi_rcu_reader, which the read side uses. */
+void vbi_rcu_register_thread(void);
+void vbi_rcu_unregister_thread(void);
 
-static inline void vbi_rcu_unregister_thread(void)
-{
-	urcu_memb_unregister_thread();
-}
+/*
+ * The read side, inline. It is liburcu-memb's own (urcu/static/urcu-memb.h,
+ * _urcu_memb_read_lock / _urcu_memb_read_unlock, the inline functions
+ * liburcu offers callers that accept the ABI tie: the counter protocol and
+ * the barriers unchanged), on this thread's reader through a pointer taken
+ * when it registered instead of liburcu's thread-local: that thread-local
+ * is reached through __tls_get_addr() (global-dynamic, see
+ * cmake/VerbusCodegen.cmake), and the out-of-line urcu_memb_read_lock()
+ * is a call into liburcu-memb.so that reaches it so each time. A section
+ * costs a few loads and stores and no call (docs/benchmarks.md, "The RCU
+ * read side, inline"). A thread must be registered: the pointer is NULL
+ * otherwise.
+ */
+extern __thread struct urcu_reader *vbi_rcu_reader;
 
+#if defined(__SANITIZE_THREAD__)
+/* Under ThreadSanitizer, liburcu's own out-of-line read side: its inline
+ * code uses plain volatile accesses as atomics (uatomic_read/_set on the
+ * grace period's futex), which the tool would report as races once
+ * compiled into the library; liburcu itself is not instrumented. */
 static inline void vbi_rcu_read_lock(void)
 {
 	urcu_memb_read_lock();
@@ -60,6 +77,39 @@ static inline void vbi_rcu_read_unlock(void)
 	VBI_TSAN_RELEASE();
 	urcu_memb_read_unlock();
 }
+#else
+static inline void vbi_rcu_read_lock(void)
+{
+	struct urcu_reader *r = vbi_rcu_reader;
+	unsigned long tmp;
+
+	cmm_barrier();
+	tmp = r->ctr;
+	if (caa_likely(!(tmp & URCU_GP_CTR_NEST_MASK))) { /* outermost */
+		_CMM_STORE_SHARED(r->ctr, _CMM_LOAD_SHARED(urcu_memb_gp.ctr));
+		urcu_memb_smp_mb_slave();
+	} else {
+		_CMM_STORE_SHARED(r->ctr, tmp + URCU_GP_COUNT);
+	}
+}
+
+static inline void vbi_rcu_read_unlock(void)
+{
+	struct urcu_reader *r = vbi_rcu_reader;
+	unsigned long tmp = r->ctr;
+
+	VBI_TSAN_RELEASE();
+	if (caa_likely((tmp & URCU_GP_CTR_NEST_MASK) == URCU_GP_COUNT)) { /* outermost */
+		urcu_memb_smp_mb_slave();
+		_CMM_STORE_SHARED(r->ctr, tmp - URCU_GP_COUNT);
+		urcu_memb_smp_mb_slave();
+		urcu_common_wake_up_gp(&urcu_memb_gp);
+	} else {
+		_CMM_STORE_SHARED(r->ctr, tmp - URCU_GP_COUNT);
+	}
+	cmm_barrier();
+}
+#endif
 
 /* The read side for threads that register lazily (any thread that posts
  * or publishes, the application's included): the first call registers
