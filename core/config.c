@@ -54,7 +54,8 @@ static const struct vbi_cfg_var table[] = {
 	    .field = "vb_ctx_attr_t.idle", .doc = "the progress thread's idle strategy"),
 	ROW(IDLE_SPIN_US, .type = VBI_CFG_UINT, .dflt = "200", .min = 0, .max = 1000000,
 	    .field = "vb_ctx_attr_t.idle_spin_us",
-	    .doc = "backoff: microseconds of spinning before blocking"),
+	    .doc = "backoff: microseconds of spinning before blocking; "
+		   "APP mode: idle microseconds before vb_progress() yields"),
 	ROW(MSG_RATE, .type = VBI_CFG_DOUBLE, .dflt = "100000", .dmin = 0, .dmax = 1e9,
 	    .field = "vb_ctx_attr_t.msg_rate",
 	    .doc = "expected peak messages/s per connection (queue sizing)"),

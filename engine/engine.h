@@ -480,7 +480,12 @@ struct vb_ctx {
 	pthread_mutex_t progress_lock; /* APP mode: one thread at a time runs progress
 					* (trylock only; the progress thread of
 					* THREAD mode takes none) */
-	atomic_uint idle_polls;       /* APP mode: empty polls (vb_progress yields every 64th) */
+	/* APP mode, progress_lock (vbi_progress_app): empty vb_progress()
+	 * calls (it yields on every 64th once idle for idle_spin_us), and
+	 * whether the context is idle, since when (vbi_now_ns) */
+	unsigned app_empty;
+	bool app_idle;
+	uint64_t app_idle_ns;
 
 	uint64_t last_hb_ms;       /* progress: last heartbeat round */
 	uint64_t hb_check_ns;      /* progress: last look at last_hb_ms (vbi_now_ns) */

@@ -372,20 +372,46 @@ int vbi_progress_once(struct vb_ctx *ctx)
 	return n;
 }
 
+/* APP mode, on every 64th empty vb_progress() call, progress_lock held:
+ * true once the context has completed nothing for idle_spin_us (0: at
+ * once). The clock is read on those calls only. */
+static bool app_idle_long(struct vb_ctx *ctx)
+{
+	uint64_t now = vbi_now_ns();
+
+	if (!ctx->app_idle) {
+		ctx->app_idle = true;
+		ctx->app_idle_ns = now;
+		return !ctx->attr.idle_spin_us;
+	}
+	return now - ctx->app_idle_ns >= (uint64_t)ctx->attr.idle_spin_us * 1000;
+}
+
 int vbi_progress_app(struct vb_ctx *ctx)
 {
+	bool yield = false;
 	int n;
 
 	if (pthread_mutex_trylock(&ctx->progress_lock))
 		return 0;
 	n = vbi_progress_once(ctx);
+	/* A spinning caller gives the CPU away now and then once the context
+	 * has been idle for idle_spin_us: where cores are shared (a VM,
+	 * Soft-RoCE's kernel work in softirq context) a spin that never
+	 * enters the kernel can starve the very work it waits for until the
+	 * next scheduler tick. Not while it is busy: in a ping-pong the side
+	 * waiting for the answer yielded in about every other round trip when
+	 * this went by the count of empty calls alone, a system call and a
+	 * pass through the scheduler while the answer may already be there
+	 * (pubsub_app_yield_test; docs/benchmarks.md, "vb_progress() keeps
+	 * its CPU while busy"). With a core of its own, sched_yield() returns
+	 * at once. */
+	if (n > 0)
+		ctx->app_idle = false;
+	else if (!(++ctx->app_empty & 63))
+		yield = app_idle_long(ctx);
 	pthread_mutex_unlock(&ctx->progress_lock);
-	/* A spinning caller gives the CPU away now and then: where cores are
-	 * shared (a VM, Soft-RoCE's kernel work in softirq context) a spin that
-	 * never enters the kernel can starve the very work it waits for until
-	 * the next scheduler tick. With a core of its own, sched_yield()
-	 * returns at once. */
-	if (n == 0 && !((atomic_fetch_add_explicit(&ctx->idle_polls, 1, memory_order_relaxed) + 1) & 63))
+	if (yield)
 		sched_yield();
 	return n;
 }

@@ -288,7 +288,10 @@ typedef struct vb_ctx_attr {
 	vb_idle_t idle;         /* VB_IDLE_BACKOFF
 				 * [VERBUS_IDLE=backoff|spin|yield|block] */
 	unsigned idle_spin_us;  /* VB_IDLE_BACKOFF: how long it spins before
-				 * it blocks, 0..1000000 us, 200
+				 * it blocks; VB_PROGRESS_APP: how long the
+				 * context completes nothing before
+				 * vb_progress() yields the CPU (on every 64th
+				 * empty call); 0..1000000 us, 200
 				 * [VERBUS_IDLE_SPIN_US] */
 } vb_ctx_attr_t;
 
@@ -338,7 +341,9 @@ VB_EXPORT int vb_ctx_destroy(vb_ctx_t *ctx);
  * completions returns right after their callbacks; the credits,
  * acknowledgements and queued sends they made due go out at the start of
  * the next call (a publish in between carries the acknowledgements
- * itself): keep calling it, as the mode requires.
+ * itself): keep calling it, as the mode requires. Once the context has
+ * completed nothing for vb_ctx_attr_t.idle_spin_us, every 64th empty call
+ * also yields the CPU (sched_yield()); a busy context's caller keeps it.
  */
 VB_EXPORT int vb_progress(vb_ctx_t *ctx);
 
