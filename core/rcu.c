@@ -118,6 +118,10 @@ static void rcu_thread_exit(void *arg)
 			break;
 		}
 	vbi_rcu_unregister_thread();
+	/* a read section after this (another key's destructor running later)
+	 * registers the thread again instead of using the reader that is gone
+	 * (tests/unit/rcu_exit_mt_test) */
+	vbi_rcu_registered = false;
 	pthread_mutex_unlock(&reg_lock);
 }
 

@@ -15,7 +15,7 @@
  * 20 ms here so that no round trip of a slow VM (or of an ASan build)
  * comes near it: at most a twentieth of the round trips may see a yield.
  *
- * test_idle_yields: a connected context with no traffic still yields
+ * test_idle_yields: a context with nothing to do (no node) still yields
  * (idle_spin_us 1 ms here): a spin that never enters the kernel could
  * otherwise hold a shared core from the very kernel work it waits for
  * until the next scheduler tick.
