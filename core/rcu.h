@@ -56,9 +56,9 @@ void vbi_rcu_unregister_thread(void);
  * is reached through __tls_get_addr() (global-dynamic, see
  * cmake/VerbusCodegen.cmake), and the out-of-line urcu_memb_read_lock()
  * is a call into liburcu-memb.so that reaches it so each time. A section
- * costs a few loads and stores and no call (docs/benchmarks.md, "The RCU
- * read side, inline"). A thread must be registered: the pointer is NULL
- * otherwise.
+ * costs a few loads and stores and no call (docs/benchmarks.md, "vb_progress()
+ * keeps its CPU while busy; the RCU read side inline"). A thread must be
+ * registered: the pointer is NULL otherwise.
  */
 extern __thread struct urcu_reader *vbi_rcu_reader;
 
