@@ -3,10 +3,9 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-/* struct urcu_reader and urcu_memb_reader: a thread's registry entry (the
- * fork handler below unlinks those of the threads a child does not have);
- * core/rcu.h includes it too */
-#include <urcu/static/urcu-memb.h>
+/* struct urcu_reader and urcu_memb_reader (<urcu/static/urcu-memb.h>, from
+ * core/rcu.h): a thread's registry entry (the fork handler below unlinks
+ * those of the threads a child does not have). */
 /* liburcu's own thread-local, read here once per thread: reached the
  * general way, so that the library's initial-exec model
  * (cmake/VerbusCodegen.cmake) does not force liburcu-memb's TLS into the
@@ -142,7 +141,7 @@ void vbi_rcu_register_lazily(void)
 	vbi_rcu_register_thread();
 	if (g) {
 		g->tid = pthread_self();
-		g->reader = &URCU_TLS(urcu_memb_reader);
+		g->reader = vbi_rcu_reader; /* set by vbi_rcu_register_thread */
 		g->next = regs;
 		regs = g;
 	} else {
