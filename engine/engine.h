@@ -28,6 +28,7 @@
 
 #include "core/err.h"
 #include "core/errpolicy.h"
+#include "core/llist.h"
 #include "core/mempool.h"
 #include "core/path.h"
 #include "core/sizing.h"
@@ -305,13 +306,14 @@ struct vbi_peer {
 	/* a new peer's primary lane, connected by the conductor
 	 * (vbi_maint_connect, vbi_maint_connect_queue): where it stands
 	 * (enum vbi_setup, release/acquire), and once VBI_SETUP_FAILED the
-	 * error (written before the state). setup_lane and connect_next: the
-	 * hand-off queue (node->connects, maint_lock). */
+	 * error (written before the state). setup_lane and connect_node: the
+	 * conductor's connect queue (node->connects): written by the thread
+	 * that queues it, read by the conductor once it took the node. */
 	atomic_int setup;
 	int setup_rc;
 	char setup_err[VBI_ERRMSG_MAX];
 	struct vbi_lane *setup_lane;
-	struct vbi_peer *connect_next;
+	struct vbi_llnode connect_node;
 	uint8_t mode;            /* mode of the last active lane (enum vb_qp_type) */
 	/* its last lane failure: the reason (static), the recovery action
 	 * (enum vbi_err_action), the lane, when (vbi_mono_ns; 0: none). txlock
@@ -403,8 +405,10 @@ struct vb_node {
 				    * NULL: not listening) */
 	struct vbi_switch *switches; /* switches to a backup node in progress
 				      * (proto/node.c; conductor thread) */
-	struct vbi_peer *connects; /* new peers whose primary lane the
-				    * conductor is to connect (maint_lock) */
+	/* the conductor's connect queue: new peers whose primary lane it is
+	 * to connect (vbi_maint_connect_queue, from any thread; taken by
+	 * connects_take, conductor thread). Lock-free (core/llist.h). */
+	struct vbi_llist connects;
 	atomic_bool stop;
 	uint16_t port;
 	struct sockaddr_storage sb_listen; /* advertised in HELLO (family 0: none) */
@@ -415,9 +419,10 @@ struct vb_node {
 	bool maint_running;
 	int wake_fd;               /* eventfd: vbi_maint_kick wakes it (-1: none) */
 	struct pollfd *maint_pfd;  /* its poll set (conductor thread) */
-	pthread_mutex_t maint_lock;
-	unsigned retiring;         /* lanes marked for retirement, not yet freed
-				    * (maint_lock) */
+	atomic_uint retiring;      /* lanes marked for retirement since the
+				    * conductor's last round (vbi_lane_retire
+				    * adds, maint_round clears): while not 0 the
+				    * conductor does not sleep */
 	struct vbi_lane *drain;    /* lanes it retires, waiting for their WRs to
 				    * complete (conductor thread; maint_retire) */
 };
@@ -523,14 +528,14 @@ struct vb_ctx {
 	struct vbi_mcast_ctx *mc;  /* FANOUT multicast (mcast.c); NULL when off */
 
 	/* Callbacks, run with no verbus lock held (cbq.c). cbq, cbq_n/cap,
-	 * cb_depth, cb_zombies: the thread running progress. evq: evq_lock. */
+	 * cb_depth, cb_zombies: the thread running progress. evq: any thread
+	 * adds (vbi_event), whoever runs the events takes (events.c); lock-free
+	 * (core/llist.h), evq_n counts what it holds. */
 	struct vbi_cb *cbq;
 	unsigned cbq_n, cbq_cap, cb_depth;
 	struct vbi_zombie *cb_zombies;
-	pthread_mutex_t evq_lock;
-	struct vbi_ev *evq, **evq_tail;
-	unsigned evq_n;
-	atomic_bool evq_any;
+	struct vbi_llist evq;
+	atomic_uint evq_n;
 
 	pthread_mutex_t lock;      /* node list */
 	struct vb_node *nodes;

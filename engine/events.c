@@ -2,10 +2,11 @@
 /*
  * The context's event queue (vb_ctx_attr_t.on_event): vbi_event() is called
  * on every library thread, often under a lock, so an event is copied into
- * ctx->evq (evq_lock, a leaf lock) and run later, with no lock held, by
- * vbi_events_run() (from the callback flush, proto/cbq.c, on the thread
- * running progress, and from vb_ctx_destroy). Past VBI_EVQ_MAX queued
- * events the next ones are counted (events_dropped), not kept.
+ * ctx->evq, a lock-free hand-off list (core/llist.h), and run later, with
+ * no lock held, by vbi_events_run() (from the callback flush, proto/cbq.c,
+ * on the thread running progress, and from vb_ctx_destroy), oldest first.
+ * Past VBI_EVQ_MAX queued events the next ones are counted
+ * (events_dropped), not kept.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #include "core/log.h"
 
 struct vbi_ev {
-	struct vbi_ev *next;
+	struct vbi_llnode node;
 	vb_event_type_t type;
 	char peer[VBI_NAME_MAX];
 	char detail[256];
@@ -43,57 +44,49 @@ void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const
 		free(e);
 		return;
 	}
-	pthread_mutex_lock(&ctx->evq_lock);
-	if (ctx->evq_n >= VBI_EVQ_MAX) {
-		pthread_mutex_unlock(&ctx->evq_lock);
+	/* a place in the queue first: taken back when it is full */
+	if (atomic_fetch_add(&ctx->evq_n, 1) >= VBI_EVQ_MAX) {
+		atomic_fetch_sub(&ctx->evq_n, 1);
 		atomic_fetch_add(&ctx->st->events_dropped, 1);
 		free(e);
 		return;
 	}
-	*ctx->evq_tail = e;
-	ctx->evq_tail = &e->next;
-	ctx->evq_n++;
-	atomic_store_explicit(&ctx->evq_any, true, memory_order_release);
-	pthread_mutex_unlock(&ctx->evq_lock);
+	vbi_llist_add(&ctx->evq, &e->node);
 }
 
 void vbi_events_run(struct vb_ctx *ctx)
 {
-	struct vbi_ev *e;
+	struct vbi_llnode *n;
 
-	if (!atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
+	if (vbi_llist_empty(&ctx->evq))
 		return;
-	pthread_mutex_lock(&ctx->evq_lock);
-	e = ctx->evq;
-	ctx->evq = NULL;
-	ctx->evq_tail = &ctx->evq;
-	ctx->evq_n = 0;
-	atomic_store_explicit(&ctx->evq_any, false, memory_order_relaxed);
-	pthread_mutex_unlock(&ctx->evq_lock);
-	while (e) {
-		struct vbi_ev *next = e->next;
+	n = vbi_llist_take(&ctx->evq);
+	while (n) {
+		struct vbi_ev *e = vbi_llist_entry(n, struct vbi_ev, node);
 		vb_event_t ev = { .type = e->type, .peer = e->peer, .detail = e->detail };
 
+		n = n->next;
+		atomic_fetch_sub(&ctx->evq_n, 1); /* its place, before the callback */
 		ctx->attr.on_event(&ev, ctx->attr.event_arg);
 		free(e);
-		e = next;
 	}
 }
 
 void vbi_events_init(struct vb_ctx *ctx)
 {
-	pthread_mutex_init(&ctx->evq_lock, NULL);
-	ctx->evq = NULL;
-	ctx->evq_tail = &ctx->evq;
+	atomic_store(&ctx->evq.first, NULL);
+	atomic_store(&ctx->evq_n, 0);
 }
 
 void vbi_events_fini(struct vb_ctx *ctx)
 {
-	while (ctx->evq) {
-		struct vbi_ev *e = ctx->evq;
+	struct vbi_llnode *n = vbi_llist_take(&ctx->evq);
 
-		ctx->evq = e->next;
+	while (n) {
+		struct vbi_ev *e = vbi_llist_entry(n, struct vbi_ev, node);
+
+		n = n->next;
 		free(e);
 	}
-	pthread_mutex_destroy(&ctx->evq_lock);
+	atomic_store(&ctx->evq_n, 0);
 }

@@ -11,8 +11,9 @@
 
 #include "engine/engine.h"
 
-/* Queue an event: any thread, any lock held (a leaf lock is taken). With
- * no on_event it is only logged (info); memory or queue full: dropped. */
+/* Queue an event: any thread, any lock held (lock-free: no lock is taken;
+ * the event is allocated and its line logged). With no on_event it is only
+ * logged (info); memory or queue full: dropped and counted. */
 void vbi_event(struct vb_ctx *ctx, vb_event_type_t type, const char *peer, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* Run the queued events, oldest first, with no lock held: the thread

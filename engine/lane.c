@@ -489,12 +489,11 @@ void vbi_lane_retire(struct vbi_lane *l)
 
 	if (vbi_lane_life_raise(l, VBI_LANE_RETIRING) >= VBI_LANE_RETIRING)
 		return;
-	pthread_mutex_lock(&node->maint_lock);
 	/* it stays on its peer's (or the pending) list, marked retiring: the
-	 * maintenance thread finds it there (maint_retire); the count only
-	 * keeps that thread from sleeping on a retire it has not seen yet */
-	node->retiring++;
-	pthread_mutex_unlock(&node->maint_lock);
+	 * conductor finds it there (maint_retire); the count only keeps that
+	 * thread from sleeping on a retire it has not seen yet (counted after
+	 * the mark: a round that clears the count looks at the lists after) */
+	atomic_fetch_add(&node->retiring, 1);
 	if (l->peer) /* a peer's lane waits for the quiet time's end anyway */
 		vbi_maint_kick_unless_quiet(node);
 	else

@@ -512,28 +512,21 @@ void vbi_maint_connect_queue(struct vb_node *node, struct vbi_peer *p, struct vb
 {
 	p->setup_lane = l;
 	atomic_store(&p->setup, VBI_SETUP_QUEUED);
-	pthread_mutex_lock(&node->maint_lock);
-	p->connect_next = node->connects;
-	node->connects = p;
-	pthread_mutex_unlock(&node->maint_lock);
+	vbi_llist_add(&node->connects, &p->connect_node); /* publishes setup_lane */
 	vbi_maint_kick(node);
 }
 
-/* Start connecting what other threads handed over. */
+/* Start connecting what other threads handed over, in the order they did. */
 static void connects_take(struct vb_node *node)
 {
-	struct vbi_peer *p;
+	struct vbi_llnode *n = vbi_llist_take(&node->connects);
 
-	pthread_mutex_lock(&node->maint_lock);
-	p = node->connects;
-	node->connects = NULL;
-	pthread_mutex_unlock(&node->maint_lock);
-	while (p) {
-		struct vbi_peer *next = p->connect_next;
+	while (n) {
+		struct vbi_peer *p = vbi_llist_entry(n, struct vbi_peer, connect_node);
 
-		p->connect_next = NULL;
+		n = n->next;
+		p->connect_node.next = NULL;
 		vbi_maint_connect(node, p, p->setup_lane);
-		p = next;
 	}
 }
 
@@ -577,9 +570,7 @@ static void maint_round(struct vb_node *node)
 
 	/* maint_retire below sees every lane marked so far (also those
 	 * another thread destroys itself, or leaves for a later round) */
-	pthread_mutex_lock(&node->maint_lock);
-	node->retiring = 0;
-	pthread_mutex_unlock(&node->maint_lock);
+	atomic_store(&node->retiring, 0);
 	ctx->up->node_pending_expire(node);
 	if (!maint_quiet(node, vbi_mono_ns())) {
 		maint_retire(node);
@@ -612,9 +603,7 @@ static bool conductor_wait(struct vb_node *node, uint64_t round_ns, int accept_m
 	pfd[n++] = (struct pollfd){ .fd = node->wake_fd, .events = POLLIN };
 	n += vbi_accept_pollfds(node, pfd + n);
 	n += builds_pollfds(node, pfd + n);
-	pthread_mutex_lock(&node->maint_lock);
-	retiring = node->retiring;
-	pthread_mutex_unlock(&node->maint_lock);
+	retiring = atomic_load(&node->retiring);
 	if (retiring || accept_ms < timeout)
 		timeout = retiring ? 0 : accept_ms;
 	if (node->drain && timeout > 1)

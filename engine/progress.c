@@ -328,7 +328,7 @@ static int progress_round(struct vb_ctx *ctx)
 	if (atomic_load_explicit(&ctx->fail_pending, memory_order_relaxed))
 		vbi_peer_handle_failures(ctx);
 	/* events from every thread, no lock held (vbi_cb_flush's own test) */
-	if (ctx->cbq_n || ctx->cb_zombies || atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
+	if (ctx->cbq_n || ctx->cb_zombies || !vbi_llist_empty(&ctx->evq))
 		ctx->up->cb_flush(ctx);
 	ctx->peer_round_due = n > 0; /* the next round's first step */
 	if (atomic_load_explicit(&ctx->fanout_pending, memory_order_relaxed))

@@ -14,14 +14,14 @@
  * seen.
  *
  * Events (on_event) come from every library thread, often under a lock:
- * they are copied into ctx->evq (engine/events.c; evq_lock, a leaf lock)
+ * they are copied into ctx->evq (engine/events.c; a lock-free hand-off list)
  * and run by the progress thread at its next flush (each receive, and every round of
  * vbi_progress_once: within 20 ms when it blocks), or by vb_ctx_destroy.
  *
  * Threads: ctx->cbq, cb_zombies and cb_depth belong to the thread running
  * progress (the progress thread, alone, with no lock; or in APP mode the
  * application thread inside vb_progress(): one at a time by progress_lock,
- * a trylock). evq is shared under evq_lock. A subscriber or
+ * a trylock). evq: any thread adds, the flushing thread takes. A subscriber or
  * publisher counts its queued entries (cb_pending, atomic): destroying it
  * from another thread waits for them; destroying it from a callback (the
  * flushing thread) marks it dead, and the flush frees it at its end.
@@ -212,8 +212,7 @@ void vbi_cb_flush(struct vb_ctx *ctx)
 	if (ctx->cb_depth) /* a callback reached a receive path: the outer flush runs it */
 		return;
 	/* the empty poll's case: nothing queued, no event, nothing to free */
-	if (!ctx->cbq_n && !ctx->cb_zombies &&
-	    !atomic_load_explicit(&ctx->evq_any, memory_order_acquire))
+	if (!ctx->cbq_n && !ctx->cb_zombies && vbi_llist_empty(&ctx->evq))
 		return;
 	ctx->cb_depth++;
 	cb_ctx = ctx;

@@ -314,7 +314,6 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
 			node->uid = vbi_mono_ns() ^ (uintptr_t)node;
 	pthread_rwlock_init(&node->lock, NULL);
-	pthread_mutex_init(&node->maint_lock, NULL);
 	if (attr->listen_ip) {
 		rc = vbi_node_listen(node, 0, attr->listen_ip, attr->listen_port);
 		if (rc)
@@ -350,7 +349,6 @@ err:
 	vbi_maint_stop(node);
 	vbi_accept_fini(node);
 	vbi_maint_fini(node);
-	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);
 	return vbi_err_prefix(rc, "vb_node_create");
@@ -760,7 +758,6 @@ int vbi_node_destroy(struct vb_node *node)
 		free(w);
 	}
 	vbi_maint_fini(node);
-	pthread_mutex_destroy(&node->maint_lock);
 	pthread_rwlock_destroy(&node->lock);
 	free(node);
 	return 0;

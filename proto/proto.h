@@ -38,7 +38,8 @@
  * ctx->ud_lock -> pub->lock; node->lock -> peer->txlock -> pub->lock. A
  * publisher thread takes pub->lock, drops it, then peer->txlock (never
  * pub->lock first while holding it). Application callbacks run with no
- * lock of the node's held (cbq.c); evq_lock is a leaf.
+ * lock of the node's held (cbq.c); events are queued with no lock
+ * (engine/events.c).
  */
 #ifndef VERBUS_PROTO_PROTO_H
 #define VERBUS_PROTO_PROTO_H
