@@ -245,7 +245,8 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 		struct vbi_peer *p = targets[t];
 		struct vbi_lane *l = ctx->cork ? vbi_path_lane(&p->path) : NULL;
 
-		atomic_store(&p->tx_pending, true); /* before the cork's flag */
+		/* vbi_peer_cork sets tx_pending before its flag; a flush
+		 * clears it first thing: no store of it here */
 		if (l && !atomic_load_explicit(&l->rx_since_post, memory_order_relaxed) &&
 		    vbi_peer_cork(p, l)) {
 			atomic_fetch_add_explicit(&ctx->st->cork_holds, 1, memory_order_relaxed);
