@@ -32,6 +32,9 @@ struct vbi_llist {
 	_Atomic(struct vbi_llnode *) first; /* newest first */
 };
 
+/* An empty list, as an initializer (all-zero memory is one too). */
+#define VBI_LLIST_INIT { NULL }
+
 /* Add @n (any thread; lock-free). Its next pointer is written before the
  * release that publishes it. Returns true when the list was empty before
  * (the consumer may need a wake-up). */

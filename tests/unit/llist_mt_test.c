@@ -31,7 +31,7 @@ struct item {
 
 static void test_one_thread(void **state)
 {
-	struct vbi_llist h = { 0 };
+	struct vbi_llist h = VBI_LLIST_INIT;
 	struct item it[5];
 	struct vbi_llnode *n;
 	unsigned k = 0;
@@ -121,7 +121,7 @@ static void *consumer(void *arg)
 static void run_with(unsigned nconsumers)
 {
 	const unsigned total = PRODUCERS * PER_PRODUCER;
-	struct run r = { 0 };
+	struct run r = { .h = VBI_LLIST_INIT };
 	struct prod_arg pa[PRODUCERS];
 	pthread_t pt[PRODUCERS], ct[2];
 	unsigned twice = 0, never = 0;
