@@ -88,5 +88,4 @@ void vbi_events_fini(struct vb_ctx *ctx)
 		n = n->next;
 		free(e);
 	}
-	atomic_store(&ctx->evq_n, 0);
 }

@@ -525,7 +525,6 @@ static void connects_take(struct vb_node *node)
 		struct vbi_peer *p = vbi_llist_entry(n, struct vbi_peer, connect_node);
 
 		n = n->next;
-		p->connect_node.next = NULL;
 		vbi_maint_connect(node, p, p->setup_lane);
 	}
 }
