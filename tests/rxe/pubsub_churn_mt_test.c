@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A node whose peers and subscribers come and go while a stream runs
+ * through it: the progress thread's per-peer round walks the node's peers
+ * and subscribers with no node lock (RCU: they are freed after a grace
+ * period), while the application creates and destroys subscribers and the
+ * conductor reaps the peers that left. Run under ASan and TSan as well (a
+ * *_mt_test).
+ *
+ * Three kinds of context in this process: "feed" publishes one ORDERED
+ * stream to "hub" from its own thread while the cycles run; each cycle a new
+ * context "visitor" connects to hub. Right after the handshake (while
+ * hub's SUBs to the visitor may still be pending in the per-peer round),
+ * hub subscribes to a topic of the cycle, and the visitor's publisher on it
+ * must see that subscriber: a SUB lost between vb_sub_create() and the
+ * round fails the test. The visitor publishes a short stream, every
+ * message of which arrives once and in order. Then even cycles destroy the
+ * subscriber before the visitor leaves; odd ones let the visitor leave
+ * first (hub's conductor reaps the peer with its receive streams while the
+ * subscriber lives), then destroy the subscriber. At the end the feed's
+ * stream is complete, in order and acknowledged, and hub reaped one peer
+ * per cycle.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <verbus/verbus.h>
+
+#include "tests/common/msgcheck.h"
+#include "tests/common/proc.h"
+#include "tests/common/pubsub.h"
+#include "tests/common/rxe_env.h"
+
+#define VISIT_MSGS 50u
+#define WAIT_MS 30000u
+
+struct feed {
+	vb_pub_t *pub;
+	uint64_t n, last_seq;      /* published (feed thread; read after the join) */
+	atomic_bool stop;          /* the cycles are done */
+	int rc;
+};
+
+/* One uint64_t counter from 1 at the start of each message (vbt_count_cb). */
+static int publish_counted(vb_pub_t *pub, uint64_t n, uint64_t *seq)
+{
+	uint64_t t0 = vbt_now_ms();
+	uint8_t buf[64];
+	int rc;
+
+	memset(buf, 0xa5, sizeof(buf));
+	memcpy(buf, &n, sizeof(n));
+	while ((rc = vb_publish(pub, buf, sizeof(buf), seq)) == -EAGAIN) {
+		if (vbt_now_ms() - t0 > 60000)
+			return -ETIMEDOUT;
+		usleep(50);
+	}
+	return rc;
+}
+
+/* Until the cycles are done: a stream, not a flood (the cycles get CPU). */
+static void *feed_main(void *arg)
+{
+	struct feed *f = arg;
+
+	while (!atomic_load(&f->stop) && !f->rc) {
+		f->rc = publish_counted(f->pub, f->n + 1, &f->last_seq);
+		if (!f->rc && ++f->n % 16 == 0)
+			usleep(500);
+	}
+	if (!f->rc && f->n)
+		f->rc = vb_pub_wait_acked(f->pub, f->last_seq, 120000);
+	return NULL;
+}
+
+static uint64_t reaped(vb_ctx_t *ctx)
+{
+	vb_stats_t st;
+
+	assert_int_equal(vb_ctx_stats(ctx, &st), 0);
+	return st.peers_reaped;
+}
+
+static bool wait_reaped(vb_ctx_t *ctx, uint64_t n)
+{
+	uint64_t t0 = vbt_now_ms();
+
+	while (reaped(ctx) < n && vbt_now_ms() - t0 < WAIT_MS)
+		usleep(5000);
+	return reaped(ctx) >= n;
+}
+
+/* Cycle @i: a visitor connects to @hub, hub subscribes, the visitor
+ * publishes VISIT_MSGS messages to it, and both go (in the order @i's
+ * parity says). @ctx_hub's reaped count must reach @i + 1. */
+static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
+{
+	struct vbt_count cnt = { 0 };
+	vb_sub_attr_t sa;
+	vb_pub_attr_t pa;
+	vb_ctx_t *vctx = vbt_ctx_open(NULL);
+	vb_node_t *vnode = vbt_node_open(vctx, "visitor", false);
+	vb_pub_t *pub;
+	vb_sub_t *sub;
+	char topic[32];
+	uint64_t seq = 0, t0;
+
+	snprintf(topic, sizeof(topic), "churn.%u", i);
+	if (vb_node_connect(vnode, vbt_test_ip(), vb_node_port(hub)))
+		fail_msg("cycle %u: connect: %s", i, vb_errmsg());
+	vb_sub_attr_init(&sa);
+	sa.on_msg = vbt_count_cb;
+	sa.arg = &cnt;
+	if (vb_sub_create(hub, topic, VB_ORDERED, &sa, &sub))
+		fail_msg("cycle %u: hub subscribes: %s", i, vb_errmsg());
+	vb_pub_attr_init(&pa);
+	pa.ack_quorum = 1;
+	if (vb_pub_create(vnode, topic, VB_ORDERED, &pa, &pub))
+		fail_msg("cycle %u: visitor publishes: %s", i, vb_errmsg());
+	if (!vbt_wait_subscribers(pub, 1, WAIT_MS))
+		fail_msg("cycle %u: the visitor's publisher never saw hub's subscriber to '%s' "
+			 "(a SUB lost)", i, topic);
+	for (uint64_t n = 1; n <= VISIT_MSGS; n++)
+		assert_int_equal(publish_counted(pub, n, &seq), 0);
+	assert_int_equal(vb_pub_wait_acked(pub, seq, (int)WAIT_MS), 0);
+	t0 = vbt_now_ms();
+	while (atomic_load(&cnt.got) < VISIT_MSGS && vbt_now_ms() - t0 < WAIT_MS)
+		usleep(1000);
+	if (atomic_load(&cnt.got) != VISIT_MSGS || atomic_load(&cnt.bad))
+		fail_msg("cycle %u: hub got %" PRIu64 " of %u (%" PRIu64 " out of order)", i,
+			 (uint64_t)atomic_load(&cnt.got), VISIT_MSGS, (uint64_t)atomic_load(&cnt.bad));
+	assert_int_equal(vb_pub_destroy(pub), 0);
+	if (i % 2 == 0)
+		assert_int_equal(vb_sub_destroy(sub), 0);
+	assert_int_equal(vb_node_destroy(vnode), 0);
+	assert_int_equal(vb_ctx_destroy(vctx), 0);
+	if (!wait_reaped(ctx_hub, i + 1u))
+		fail_msg("cycle %u: hub reaped %" PRIu64 " peers, not %u", i, reaped(ctx_hub), i + 1);
+	if (i % 2) /* its streams from the visitor went with the peer */
+		assert_int_equal(vb_sub_destroy(sub), 0);
+	/* nothing more arrived, nothing twice */
+	assert_int_equal(atomic_load(&cnt.got), VISIT_MSGS);
+}
+
+static void test_churn(void **state)
+{
+	struct vbt_count fcnt = { 0 };
+	struct feed f = { 0 };
+	vb_ctx_t *cf, *ch;
+	vb_node_t *feed, *hub;
+	vb_sub_attr_t sa;
+	vb_pub_attr_t pa;
+	vb_sub_t *fsub;
+	pthread_t th;
+	unsigned cycles = (unsigned)vbt_scaled(48);
+	uint64_t t0;
+
+	(void)state;
+	vbt_require_device();
+	if (cycles < 6)
+		cycles = 6;
+	ch = vbt_ctx_open(NULL);
+	hub = vbt_node_open(ch, "hub", true);
+	cf = vbt_ctx_open(NULL);
+	feed = vbt_node_open(cf, "feed", false);
+	vb_sub_attr_init(&sa);
+	sa.on_msg = vbt_count_cb;
+	sa.arg = &fcnt;
+	if (vb_sub_create(hub, "feed", VB_ORDERED, &sa, &fsub))
+		fail_msg("hub subscribes to the feed: %s", vb_errmsg());
+	vb_pub_attr_init(&pa);
+	pa.ack_quorum = 1;
+	pa.slow_policy = VB_SLOW_BLOCK; /* streams, not time, are checked */
+	if (vb_pub_create(feed, "feed", VB_ORDERED, &pa, &f.pub))
+		fail_msg("feed publisher: %s", vb_errmsg());
+	if (vb_node_connect(feed, vbt_test_ip(), vb_node_port(hub)))
+		fail_msg("feed connects: %s", vb_errmsg());
+	assert_true(vbt_wait_subscribers(f.pub, 1, WAIT_MS));
+	assert_int_equal(pthread_create(&th, NULL, feed_main, &f), 0);
+	printf("churn: %u visitor cycles while the feed sends\n", cycles);
+	t0 = vbt_now_ms();
+	for (unsigned i = 0; i < cycles; i++) {
+		cycle(ch, hub, i);
+		printf("churn: cycle %u done after %" PRIu64 " ms, feed at %" PRIu64 "\n", i,
+		       vbt_now_ms() - t0, (uint64_t)atomic_load(&fcnt.got));
+		fflush(stdout);
+	}
+	atomic_store(&f.stop, true);
+	pthread_join(th, NULL);
+	printf("churn: the feed sent %" PRIu64 " messages\n", f.n);
+	if (f.rc)
+		fail_msg("feed: %d (%s)", f.rc, vb_errmsg());
+	assert_int_equal(atomic_load(&fcnt.bad), 0);
+	assert_int_equal(atomic_load(&fcnt.got), f.n); /* acknowledged: delivered */
+	assert_int_equal(reaped(ch), cycles);
+	assert_int_equal(vb_pub_destroy(f.pub), 0);
+	assert_int_equal(vb_sub_destroy(fsub), 0);
+	assert_int_equal(vb_node_destroy(feed), 0);
+	assert_int_equal(vb_node_destroy(hub), 0);
+	assert_int_equal(vb_ctx_destroy(cf), 0);
+	assert_int_equal(vb_ctx_destroy(ch), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_churn),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
