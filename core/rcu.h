@@ -4,7 +4,9 @@
  * (<urcu/urcu-memb.h>): readers only bump a per-thread counter. Users:
  * core/path (lanes read under the read lock), the library's lanes and
  * publishers (proto: a retired lane's QP is destroyed or recycled only
- * after a grace period).
+ * after a grace period), a node's peers and subscribers (the progress
+ * thread's per-peer round walks them with no lock: vbi_rcu_assign and
+ * vbi_rcu_deref below).
  *
  * Every thread that reads under the lock or waits for a grace period must be
  * registered: vbi_rcu_register_thread() once, and vbi_rcu_unregister_thread()
@@ -110,6 +112,20 @@ static inline void vbi_rcu_read_unlock(void)
 	cmm_barrier();
 }
 #endif
+
+/*
+ * Lists whose readers walk them inside a read-side section, with no lock
+ * (liburcu's rcu_assign_pointer / rcu_dereference, as the compiler's
+ * atomics so that ThreadSanitizer sees them): a writer, holding whatever
+ * lock serializes the list's writers, links an element in with
+ * vbi_rcu_assign(head, new) once the element is complete, and unlinks one
+ * with vbi_rcu_assign(*prev_link, elem->next), leaving elem->next as it
+ * is (a reader standing on elem goes on from there); the element is freed
+ * only after vbi_rcu_synchronize(). Readers load every link with
+ * vbi_rcu_deref(). Reads under the writers' lock may stay plain.
+ */
+#define vbi_rcu_assign(ptr, val) __atomic_store_n(&(ptr), (val), __ATOMIC_RELEASE)
+#define vbi_rcu_deref(ptr) __atomic_load_n(&(ptr), __ATOMIC_ACQUIRE)
 
 /* The read side for threads that register lazily (any thread that posts
  * or publishes, the application's included): the first call registers

@@ -80,15 +80,18 @@ static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle, bool full)
 		      atomic_exchange(&ctx->hellos_deferred, false);
 
 	pthread_mutex_lock(&ctx->lock);
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-		pthread_rwlock_rdlock(&n->lock);
-		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+	/* No node->lock: the peers and what the round reaches through them
+	 * (subscribers, their streams) are freed after a grace period
+	 * (vbi_node_reap, vb_sub_destroy, vb_node_destroy), and a node leaves
+	 * ctx->nodes under ctx->lock */
+	vbi_rcu_enter();
+	for (struct vb_node *n = ctx->nodes; n; n = n->next)
+		for (struct vbi_peer *p = vbi_rcu_deref(n->peers); p; p = vbi_rcu_deref(p->next)) {
 			if (hellos)
 				send_deferred_hello(p);
 			vbi_peer_after_poll(p, idle, full);
 		}
-		pthread_rwlock_unlock(&n->lock);
-	}
+	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -612,9 +615,12 @@ static void repost_held(struct vbi_peer *p, bool lock)
  * After each poll: flush queued data first (ACKs ride along in its batches),
  * then a standalone ACK when the protocol says one is due (upcall
  * peer_acks: vbi_peer_acks_due), then the keepalive. Lanes other than the
- * active one return their credits on their own. node->lock held for
- * reading (so subscribers, whose streams sit on the dirty list, cannot go
- * away meanwhile).
+ * active one return their credits on their own. Progress context, inside
+ * an RCU read-side section, no lock held: @p, the node's subscribers and
+ * their streams are freed after a grace period; a stream leaves @p's
+ * dirty list under txlock before it goes (vb_sub_destroy), and a reaped
+ * peer's publisher attachments and dirty list are emptied under txlock
+ * (vbi_node_reap).
  */
 void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 {
@@ -627,8 +633,13 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 		repost_held(p, true); /* a closing peer still receives */
 		return;
 	}
-	if (p->subs_pending)
-		p->subs_pending = up->peer_send_subs(p, NULL) != 0; /* retried until sent */
+	/* taken before the walk of the subscribers (both sequentially
+	 * consistent), given back when the send failed: a vb_sub_create()
+	 * that saw it set links its subscriber before, so this walk sees it
+	 * (vbi_sub_create) */
+	if (atomic_load_explicit(&p->subs_pending, memory_order_relaxed) &&
+	    atomic_exchange(&p->subs_pending, false) && up->peer_send_subs(p, NULL))
+		atomic_store(&p->subs_pending, true); /* retried until sent */
 	/* Data corked behind a SEND in flight goes once that SEND completed
 	 * (vb_pub_commit); anything else queued (waiting for credits or ring
 	 * space) goes as soon as they allow. */

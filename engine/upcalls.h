@@ -78,8 +78,9 @@ struct vbi_upcalls {
 	 * thread (called with p->txlock held). vbi_udaddr_frame. */
 	uint32_t (*udaddr_frame)(struct vb_ctx *ctx, uint8_t *buf);
 
-	/* ---- the per-peer round of the progress loop (node->lock held for
-	 * reading, ctx->lock held) ---- */
+	/* ---- the per-peer round of the progress loop (ctx->lock held, no
+	 * node->lock: an RCU read-side section; peers, subscribers and
+	 * streams are freed after a grace period) ---- */
 	/* Send our SUB frames to @p (@only NULL: every subscription): 0 when
 	 * sent, else the round tries again. No txlock held.
 	 * vbi_peer_send_subs (proto/peer_frames.c). */

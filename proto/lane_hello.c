@@ -232,7 +232,7 @@ static struct vbi_peer *hello_accept(struct vbi_lane *l, const struct vbi_wire_h
 		}
 		p->uid = uid;
 		p->next = node->peers;
-		node->peers = p;
+		vbi_rcu_assign(node->peers, p); /* the per-peer round reads with no lock */
 	} else {
 		for (p = node->peers; p; p = p->next)
 			if (p->uid == uid && !p->connector && !atomic_load(&p->dead))

@@ -83,11 +83,21 @@ void vbi_peer_free(struct vbi_peer *p)
  *     under the node's write lock, with its publisher attachments and its
  *     ORDERED receive streams;
  *  3. after an RCU grace period (publishing threads read peers in a
- *     read-side section, vb_pub_commit) it is freed and its max_peers slot
- *     given back.
+ *     read-side section, vb_pub_commit; the progress thread's per-peer
+ *     round walks the peers and the subscribers' streams in one) it and
+ *     its streams are freed and its max_peers slot given back.
  */
-static void reap_detach(struct vb_node *node, struct vbi_peer *p)
+static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs **gone)
 {
+	/* first out of the flush's and the ACK round's sight (both walk them
+	 * under txlock, the progress thread's per-peer round with no
+	 * node->lock): the attachments are freed below, the streams after
+	 * the grace period */
+	pthread_mutex_lock(&p->txlock);
+	p->pubs = NULL;
+	p->rr = NULL;
+	p->dirty = NULL;
+	pthread_mutex_unlock(&p->txlock);
 	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
 		pthread_mutex_lock(&pub->lock);
 		for (struct vbi_pubpeer **q = &pub->peers; *q;) {
@@ -104,9 +114,7 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p)
 		}
 		pthread_mutex_unlock(&pub->lock);
 	}
-	p->pubs = NULL;
-	p->rr = NULL;
-	vbi_sub_drop_peer(node, p);
+	vbi_sub_drop_peer(node, p, gone);
 }
 
 void vbi_node_reap(struct vb_node *node)
@@ -115,6 +123,7 @@ void vbi_node_reap(struct vb_node *node)
 
 	for (;;) {
 		struct vbi_peer *victim = NULL;
+		struct vbi_rxs *streams = NULL;
 
 		pthread_rwlock_wrlock(&node->lock);
 		/* a publisher or subscriber being destroyed may still point to
@@ -141,15 +150,18 @@ void vbi_node_reap(struct vb_node *node)
 			pthread_mutex_unlock(&p->txlock);
 			if (!gone)
 				continue;
-			*q = p->next;
-			reap_detach(node, p);
+			vbi_rcu_assign(*q, p->next); /* a round standing on p goes on */
+			reap_detach(node, p, &streams);
 			victim = p;
 			break;
 		}
 		pthread_rwlock_unlock(&node->lock);
 		if (!victim)
 			return;
-		vbi_rcu_synchronize(); /* publishers that picked it as a target are done */
+		/* publishers that picked it as a target are done, and so is the
+		 * progress thread's per-peer round (it or its streams) */
+		vbi_rcu_synchronize();
+		vbi_sub_free_streams(streams);
 		vbi_info("peer '%s' reaped", victim->name);
 		vbi_peer_free(victim);
 		vbi_ctx_put_peer(ctx);
@@ -410,7 +422,7 @@ static int connect_prepare(struct vb_node *node, const struct sockaddr_storage *
 	pthread_mutex_unlock(&p->txlock);
 	pthread_rwlock_wrlock(&node->lock);
 	p->next = node->peers;
-	node->peers = p;
+	vbi_rcu_assign(node->peers, p); /* the per-peer round reads with no lock */
 	pthread_rwlock_unlock(&node->lock);
 	*pp = p;
 	*lp = l;
@@ -708,10 +720,11 @@ int vbi_node_destroy(struct vb_node *node)
 
 	pthread_rwlock_wrlock(&node->lock);
 	peers = node->peers;
-	node->peers = NULL;
+	vbi_rcu_assign(node->peers, NULL);
 	pending = node->pending;
 	node->pending = NULL;
 	pthread_rwlock_unlock(&node->lock);
+	vbi_rcu_synchronize(); /* the per-peer round that saw them is done */
 	for (struct vbi_peer *p = peers; p; p = p->next)
 		peer_say_bye(p);
 	for (struct vbi_peer *p = peers; p; p = p->next) {

@@ -16,7 +16,9 @@
 #include "core/err.h"
 #include "core/log.h"
 
-/* SUB frames for every local subscriber, in as few SENDs as fit. node->lock held. */
+/* SUB frames for @only, or for every local subscriber, in as few SENDs as
+ * fit: @only with node->lock held (vb_sub_create), all of them from the
+ * per-peer round (progress context, an RCU read-side section). */
 int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 {
 	uint8_t *buf = malloc(p->node->ctx->attr.slot_size);
@@ -27,7 +29,10 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 		cap = p->remote_slot_size;
 	if (!buf)
 		return -ENOMEM;
-	for (struct vb_sub *s = only ? only : p->node->subs; s; s = only ? NULL : s->next) {
+	/* all of them: the per-peer round, with no node->lock (RCU; the head
+	 * sequentially consistent: vbi_sub_create) */
+	for (struct vb_sub *s = only ? only : __atomic_load_n(&p->node->subs, __ATOMIC_SEQ_CST); s;
+	     s = only ? NULL : vbi_rcu_deref(s->next)) {
 		size_t nl = strlen(s->topic);
 		/* epoch: the multicast group s's context joined (0: none) */
 		struct vbi_wire_hdr h = { .type = VBI_WT_SUB, .topic = s->topic_id,

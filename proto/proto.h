@@ -152,6 +152,8 @@ struct vbi_rxs {
 	uint64_t nak_seq;        /* last NAK sent (first missing seq) ... */
 	uint64_t nak_ms;         /* ... and when */
 	struct vbi_rxs *next_dirty; /* peer's list of streams to acknowledge */
+	struct vbi_rxs *gone_next;  /* unlinked, to be freed after a grace period
+				     * (vbi_sub_drop_peer; the reaping thread) */
 	atomic_bool in_dirty;     /* on that list: written under the peer's txlock, read
 				  * without it (sub.c stream reuse) */
 };
@@ -361,8 +363,12 @@ void vbi_node_pending_expire(struct vb_node *node);
  * (0: any): 0 or a negative errno (node set-up, before the conductor
  * starts). */
 int vbi_node_listen(struct vb_node *node, unsigned idx, const char *ip, uint16_t port);
-/* sub.c, node->lock held for writing: drop every ORDERED stream from @p. */
-void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p);
+/* sub.c, node->lock held for writing: unlink every ORDERED stream from
+ * @p, onto *@gone (through gone_next), to be freed by
+ * vbi_sub_free_streams() after an RCU grace period (the per-peer round
+ * walks them with no node->lock). */
+void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs **gone);
+void vbi_sub_free_streams(struct vbi_rxs *gone);
 /* pub_fanout.c: send FANOUT message @m: 0 (the caller's reference to @m is
  * taken), or -EAGAIN (back-pressure), -ENODEV, another negative errno (the
  * caller keeps its reference). Any thread; takes ud_lock, then pub->lock. */

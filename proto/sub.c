@@ -104,7 +104,7 @@ static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uin
 	return r;
 }
 
-void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p)
+void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs **gone)
 {
 	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
 		for (struct vbi_rxs **q = &sub->streams; *q;) {
@@ -114,11 +114,22 @@ void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p)
 				q = &r->next;
 				continue;
 			}
-			*q = r->next;
+			vbi_rcu_assign(*q, r->next); /* a round standing on r goes on */
 			sub->nstreams--;
-			vbi_reasm_fini(&r->reasm);
-			free(r);
+			r->gone_next = *gone;
+			*gone = r;
 		}
+}
+
+void vbi_sub_free_streams(struct vbi_rxs *gone)
+{
+	while (gone) {
+		struct vbi_rxs *r = gone;
+
+		gone = r->gone_next;
+		vbi_reasm_fini(&r->reasm);
+		free(r);
+	}
 }
 
 /* @peer now sends on a newer connection, which restarts any fragmented
@@ -189,11 +200,15 @@ static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered, bool nak)
 /* A lane switch with @peer: every ORDERED stream from it owes an ACK, now.
  * The publisher rewinds to what it saw acknowledged, and ACKs that were in
  * flight on the old lane are lost: our state lets it skip what we have
- * instead of resending it. node->lock and peer->txlock held. */
+ * instead of resending it. Progress context, peer->txlock held, and
+ * node->lock (read) or an RCU read-side section. */
 void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer)
 {
-	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
-		for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+	/* the per-peer round calls this with no node->lock (RCU: the lists'
+	 * other writers unlink with vbi_rcu_assign and free after a grace
+	 * period); the streams' own writer is this thread */
+	for (struct vb_sub *sub = vbi_rcu_deref(node->subs); sub; sub = vbi_rcu_deref(sub->next))
+		for (struct vbi_rxs *r = vbi_rcu_deref(sub->streams); r; r = vbi_rcu_deref(r->next))
 			if (r->peer == peer && r->rx.started)
 				ack_owed_locked(r, true, false);
 }
@@ -460,10 +475,15 @@ int vbi_sub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 	}
 	vbi_statfile_sub_attach(node->ctx->statf, sub); /* before it counts */
 	sub->next = node->subs;
-	node->subs = sub;
+	/* linked before subs_pending is looked at, both sequentially
+	 * consistent: a peer whose SUBs are pending is sent them by the
+	 * per-peer round, which takes the flag before it walks the list
+	 * (vbi_peer_after_poll), so either that walk sees this subscriber or
+	 * the flag is seen clear here and it is sent below */
+	__atomic_store_n(&node->subs, sub, __ATOMIC_SEQ_CST);
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
-		if (p->up && !p->subs_pending && vbi_peer_send_subs(p, sub)) {
-			p->subs_pending = true;
+		if (p->up && !atomic_load(&p->subs_pending) && vbi_peer_send_subs(p, sub)) {
+			atomic_store(&p->subs_pending, true);
 			vbi_ctx_kick(node->ctx);
 		}
 	pthread_rwlock_unlock(&node->lock);
@@ -525,11 +545,15 @@ int vbi_sub_destroy(struct vb_sub *sub)
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_sub **pp = &node->subs; *pp; pp = &(*pp)->next)
 		if (*pp == sub) {
-			*pp = sub->next;
+			vbi_rcu_assign(*pp, sub->next);
 			break;
 		}
 	atomic_store(&sub->dead, true); /* queued callbacks are skipped */
 	pthread_rwlock_unlock(&node->lock);
+	/* the progress thread's per-peer round, which walks the subscribers
+	 * and their streams with no node->lock, is past it (no lock held
+	 * here; from a callback, the progress thread is outside that round) */
+	vbi_rcu_synchronize();
 	in_cb = vbi_in_callback(node->ctx);
 	if (!in_cb) /* no callback of it runs after we return */
 		vbi_cb_wait_idle(&sub->cb_pending);
