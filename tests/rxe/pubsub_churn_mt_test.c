@@ -84,6 +84,30 @@ static void *feed_main(void *arg)
 	return NULL;
 }
 
+/* FANOUT: a datagram may be lost (a gap), but what arrives comes in order
+ * and once: counters from 1, each above the last. */
+struct fan {
+	atomic_uint_fast64_t got, bad;
+	uint64_t last; /* hub's progress thread */
+};
+
+static void fan_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct fan *f = arg;
+	uint64_t n;
+
+	(void)sub;
+	if (m->len < sizeof(n)) {
+		atomic_fetch_add(&f->bad, 1);
+		return;
+	}
+	memcpy(&n, m->data, sizeof(n));
+	if (n <= f->last || n > VISIT_MSGS)
+		atomic_fetch_add(&f->bad, 1);
+	f->last = n;
+	atomic_fetch_add(&f->got, 1);
+}
+
 static uint64_t reaped(vb_ctx_t *ctx)
 {
 	vb_stats_t st;
@@ -107,16 +131,20 @@ static bool wait_reaped(vb_ctx_t *ctx, uint64_t n)
 static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 {
 	struct vbt_count cnt = { 0 };
-	vb_sub_attr_t sa;
-	vb_pub_attr_t pa;
+	struct fan fcnt = { 0 };
+	vb_sub_attr_t sa, fsa;
+	vb_pub_attr_t pa, fpa;
+	vb_pub_t *fpub;
+	vb_sub_t *fsub;
 	vb_ctx_t *vctx = vbt_ctx_open(NULL);
 	vb_node_t *vnode = vbt_node_open(vctx, "visitor", false);
 	vb_pub_t *pub;
 	vb_sub_t *sub;
-	char topic[32];
+	char topic[32], ftopic[32];
 	uint64_t seq = 0, t0;
 
 	snprintf(topic, sizeof(topic), "churn.%u", i);
+	snprintf(ftopic, sizeof(ftopic), "churnf.%u", i);
 	if (vb_node_connect(vnode, vbt_test_ip(), vb_node_port(hub)))
 		fail_msg("cycle %u: connect: %s", i, vb_errmsg());
 	vb_sub_attr_init(&sa);
@@ -124,13 +152,25 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 	sa.arg = &cnt;
 	if (vb_sub_create(hub, topic, VB_ORDERED, &sa, &sub))
 		fail_msg("cycle %u: hub subscribes: %s", i, vb_errmsg());
+	fsa = sa;
+	fsa.on_msg = fan_cb;
+	fsa.arg = &fcnt;
+	if (vb_sub_create(hub, ftopic, VB_FANOUT, &fsa, &fsub))
+		fail_msg("cycle %u: hub subscribes (FANOUT): %s", i, vb_errmsg());
 	vb_pub_attr_init(&pa);
 	pa.ack_quorum = 1;
 	if (vb_pub_create(vnode, topic, VB_ORDERED, &pa, &pub))
 		fail_msg("cycle %u: visitor publishes: %s", i, vb_errmsg());
-	if (!vbt_wait_subscribers(pub, 1, WAIT_MS))
-		fail_msg("cycle %u: the visitor's publisher never saw hub's subscriber to '%s' "
-			 "(a SUB lost)", i, topic);
+	vb_pub_attr_init(&fpa);
+	if (vb_pub_create(vnode, ftopic, VB_FANOUT, &fpa, &fpub))
+		fail_msg("cycle %u: visitor publishes (FANOUT): %s", i, vb_errmsg());
+	if (!vbt_wait_subscribers(pub, 1, WAIT_MS) || !vbt_wait_subscribers(fpub, 1, WAIT_MS))
+		fail_msg("cycle %u: a visitor's publisher never saw hub's subscriber to '%s' or "
+			 "'%s' (a SUB lost)", i, topic, ftopic);
+	/* FANOUT: datagrams, the publisher's heartbeats then follow while it
+	 * idles (the progress thread's rounds over the publishers) */
+	for (uint64_t n = 1; n <= VISIT_MSGS; n++)
+		assert_int_equal(publish_counted(fpub, n, NULL), 0);
 	for (uint64_t n = 1; n <= VISIT_MSGS; n++)
 		assert_int_equal(publish_counted(pub, n, &seq), 0);
 	assert_int_equal(vb_pub_wait_acked(pub, seq, (int)WAIT_MS), 0);
@@ -141,6 +181,11 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 		fail_msg("cycle %u: hub got %" PRIu64 " of %u (%" PRIu64 " out of order)", i,
 			 (uint64_t)atomic_load(&cnt.got), VISIT_MSGS, (uint64_t)atomic_load(&cnt.bad));
 	assert_int_equal(vb_pub_destroy(pub), 0);
+	assert_int_equal(vb_pub_destroy(fpub), 0);
+	/* what arrived of the FANOUT stream: in order, nothing twice */
+	assert_true(atomic_load(&fcnt.got) <= VISIT_MSGS);
+	assert_int_equal(atomic_load(&fcnt.bad), 0);
+	assert_int_equal(vb_sub_destroy(fsub), 0);
 	if (i % 2 == 0)
 		assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_node_destroy(vnode), 0);
