@@ -87,12 +87,18 @@ void vbi_peer_free(struct vbi_peer *p)
  *     round walks the peers and the subscribers' streams in one) it and
  *     its streams are freed and its max_peers slot given back.
  */
-static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs **gone)
+struct reaped {
+	struct vbi_pubpeer *pps; /* its publisher attachments, through gone_next */
+	struct vbi_rxs *streams; /* its ORDERED receive streams, through gone_next */
+};
+
+static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct reaped *g)
 {
 	/* first out of the flush's and the ACK round's sight (both walk them
 	 * under txlock, the progress thread's per-peer round with no
-	 * node->lock): the attachments are freed below, the streams after
-	 * the grace period */
+	 * node->lock); the attachments and the streams are unlinked below and
+	 * freed after the grace period (slow_send_ends walks a publisher's
+	 * attachments with no lock) */
 	pthread_mutex_lock(&p->txlock);
 	p->pubs = NULL;
 	p->rr = NULL;
@@ -107,14 +113,27 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs
 				q = &pp->next_in_pub;
 				continue;
 			}
-			*q = pp->next_in_pub;
+			vbi_rcu_assign(*q, pp->next_in_pub); /* slow_send_ends goes on */
 			pub->npeers--;
 			vbi_pub_keep_acked(pub, pp); /* it still counts for k-of-n */
-			free(pp);
+			pp->gone_next = g->pps;
+			g->pps = pp;
 		}
 		pthread_mutex_unlock(&pub->lock);
 	}
-	vbi_sub_drop_peer(node, p, gone);
+	vbi_sub_drop_peer(node, p, &g->streams);
+}
+
+/* What a reaped peer leaves, freed after the grace period. */
+static void reaped_free(struct reaped *g)
+{
+	while (g->pps) {
+		struct vbi_pubpeer *pp = g->pps;
+
+		g->pps = pp->gone_next;
+		free(pp);
+	}
+	vbi_sub_free_streams(g->streams);
 }
 
 void vbi_node_reap(struct vb_node *node)
@@ -123,7 +142,7 @@ void vbi_node_reap(struct vb_node *node)
 
 	for (;;) {
 		struct vbi_peer *victim = NULL;
-		struct vbi_rxs *streams = NULL;
+		struct reaped left = { NULL, NULL };
 
 		pthread_rwlock_wrlock(&node->lock);
 		/* a publisher or subscriber being destroyed may still point to
@@ -151,7 +170,7 @@ void vbi_node_reap(struct vb_node *node)
 			if (!gone)
 				continue;
 			vbi_rcu_assign(*q, p->next); /* a round standing on p goes on */
-			reap_detach(node, p, &streams);
+			reap_detach(node, p, &left);
 			victim = p;
 			break;
 		}
@@ -161,7 +180,7 @@ void vbi_node_reap(struct vb_node *node)
 		/* publishers that picked it as a target are done, and so is the
 		 * progress thread's per-peer round (it or its streams) */
 		vbi_rcu_synchronize();
-		vbi_sub_free_streams(streams);
+		reaped_free(&left);
 		vbi_info("peer '%s' reaped", victim->name);
 		vbi_peer_free(victim);
 		vbi_ctx_put_peer(ctx);

@@ -92,8 +92,12 @@ struct vb_sub;
 
 /* A publisher's view of one subscriber peer. */
 struct vbi_pubpeer {
+	/* the publisher's list: linked with vbi_rcu_assign (slow_send_ends
+	 * walks it with no lock); unlinked by the reaper, freed after a grace
+	 * period (gone_next) */
 	struct vbi_pubpeer *next_in_pub;
 	struct vbi_pubpeer *next_in_peer;
+	struct vbi_pubpeer *gone_next;
 	struct vb_pub *pub;
 	struct vbi_peer *peer;
 	uint64_t sent;           /* ORDERED: highest seq framed to this peer (rewound to

@@ -394,7 +394,7 @@ int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 		}
 	vbi_statfile_pub_attach(node->ctx->statf, pub); /* before it counts */
 	pub->next = node->pubs;
-	node->pubs = pub;
+	vbi_rcu_assign(node->pubs, pub); /* the progress thread's rounds read with no lock */
 	/* subscribers already known */
 	for (struct vbi_peer *p = node->peers; p; p = p->next)
 		for (struct vbi_rsub *r = p->rsubs; r; r = r->next)
@@ -485,18 +485,25 @@ int vbi_pub_destroy(struct vb_pub *pub)
 		vbi_cb_wait_idle(&pub->cb_pending);
 	if (pub->cls == VB_FANOUT)
 		vbi_pub_fanout_close(pub);
+	/* Its attachments point to peers: once it is off node->pubs the
+	 * reaper (vbi_node_reap, on the conductor) no longer finds them, and
+	 * would free the peers (a use after free that ASan caught in
+	 * pubsub_close_ack_test when the attachments went after the wait
+	 * below, before this count): it reaps nothing until they are gone. */
+	atomic_fetch_add(&node->closing_objs, 1);
 	pthread_rwlock_wrlock(&node->lock);
 	for (struct vb_pub **pp = &node->pubs; *pp; pp = &(*pp)->next)
 		if (*pp == pub) {
-			*pp = pub->next;
+			vbi_rcu_assign(*pp, pub->next);
 			break;
 		}
 	atomic_store(&pub->dead, true); /* queued on_ack callbacks are skipped */
-	/* Its attachments go in the same critical section: once it is off
-	 * node->pubs the reaper (vbi_node_reap, on vb-maint) no longer finds
-	 * them, and frees the peers they point to (a use after free that ASan
-	 * caught in pubsub_close_ack_test when the attachments went after the
-	 * wait below). */
+	pthread_rwlock_unlock(&node->lock);
+	/* the progress thread's rounds over node->pubs (slow subscribers,
+	 * FANOUT flush and heartbeats), which take no node->lock, are past
+	 * it (no lock held here; from a callback, outside those rounds) */
+	vbi_rcu_synchronize();
+	pthread_rwlock_wrlock(&node->lock);
 	while (pub->peers) {
 		struct vbi_pubpeer *pp = pub->peers;
 
@@ -506,6 +513,7 @@ int vbi_pub_destroy(struct vb_pub *pub)
 		free(pp);
 	}
 	pthread_rwlock_unlock(&node->lock);
+	atomic_fetch_sub(&node->closing_objs, 1);
 	if (!in_cb)
 		vbi_cb_wait_idle(&pub->cb_pending);
 	if (pub->cls == VB_ORDERED) {

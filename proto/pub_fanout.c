@@ -263,9 +263,9 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 	atomic_store(&ctx->fanout_pending, false);
 	atomic_store(&ctx->fanout_sealed, false);
 	pthread_mutex_lock(&ctx->lock);
+	vbi_rcu_enter(); /* no node->lock: publishers go after a grace period */
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-		pthread_rwlock_rdlock(&n->lock);
-		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			unsigned left = LEFT_SEALED;
 
 			if (pub->cls != VB_FANOUT)
@@ -276,8 +276,8 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 			}
 			fanout_mark_left(ctx, left);
 		}
-		pthread_rwlock_unlock(&n->lock);
 	}
+	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -507,9 +507,9 @@ static uint64_t hb_interval_ms(unsigned sent)
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 {
 	pthread_mutex_lock(&ctx->lock);
+	vbi_rcu_enter(); /* no node->lock: publishers go after a grace period */
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-		pthread_rwlock_rdlock(&n->lock);
-		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			uint8_t hb[VBI_WIRE_HDR_LEN];
 			const struct vbt_mcast *grp;
 			struct vbi_wire_hdr h = { .type = VBI_WT_HEARTBEAT, .session = pub->session,
@@ -576,7 +576,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 			pthread_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&ctx->ud_lock);
 		}
-		pthread_rwlock_unlock(&n->lock);
 	}
+	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->lock);
 }

@@ -253,7 +253,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	pp->dead = peer->dead;
 	pp->mcast = vbi_mcast_peer_joined(pub, peer);
 	pp->next_in_pub = pub->peers;
-	pub->peers = pp;
+	vbi_rcu_assign(pub->peers, pp); /* slow_send_ends reads with no lock */
 	pub->npeers++;
 	pthread_mutex_unlock(&pub->lock);
 	if (pub->cls == VB_ORDERED) {
@@ -457,11 +457,14 @@ static void slow_cut(struct vb_pub *pub)
 }
 
 /* Send the END frames @pub owes its cut subscribers (retried each round
- * until a credit is free: a stopped subscriber returns none). node->lock
- * held for reading; takes each peer's txlock, then pub->lock. */
+ * until a credit is free: a stopped subscriber returns none). Progress
+ * context, inside an RCU read-side section (the attachments and their
+ * peers are freed after a grace period); takes each peer's txlock, then
+ * pub->lock. */
 static void slow_send_ends(struct vb_pub *pub)
 {
-	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
+	for (struct vbi_pubpeer *pp = vbi_rcu_deref(pub->peers); pp;
+	     pp = vbi_rcu_deref(pp->next_in_pub)) {
 		struct vbi_peer *p = pp->peer;
 		uint8_t buf[VBI_WIRE_HDR_LEN];
 		struct vbi_wire_hdr h = { .type = VBI_WT_END, .session = pub->session,
@@ -499,9 +502,12 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 		return;
 	ctx->slow_check_ns = now;
 	pthread_mutex_lock(&ctx->lock);
+	/* no node->lock: publishers, their attachments and the peers these
+	 * point to are freed after a grace period (vb_pub_destroy,
+	 * vbi_node_reap) */
+	vbi_rcu_enter();
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-		pthread_rwlock_rdlock(&n->lock);
-		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next) {
+		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			unsigned owed;
 
 			if (pub->cls != VB_ORDERED)
@@ -514,7 +520,7 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 			if (owed)
 				slow_send_ends(pub);
 		}
-		pthread_rwlock_unlock(&n->lock);
 	}
+	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->lock);
 }
