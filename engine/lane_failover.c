@@ -423,11 +423,13 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 	    !atomic_exchange(&ctx->fail_pending, false))
 		return;
 	pthread_mutex_lock(&ctx->lock);
+	/* no node->lock: peers (and the subscribers a switch acknowledges
+	 * again) are freed after a grace period */
+	vbi_rcu_enter();
 	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
 		bool urgent = false;
 
-		pthread_rwlock_rdlock(&n->lock);
-		for (struct vbi_peer *p = n->peers; p; p = p->next) {
+		for (struct vbi_peer *p = vbi_rcu_deref(n->peers); p; p = vbi_rcu_deref(p->next)) {
 			bool down = false, acted = false;
 
 			pthread_mutex_lock(&p->txlock);
@@ -458,12 +460,12 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 			if (down)
 				ctx->up->peer_failed(p, "no connection can be had");
 		}
-		pthread_rwlock_unlock(&n->lock);
 		if (urgent)
 			vbi_maint_kick(n);
 		else if (any) /* switched to a standby: the rest waits */
 			vbi_maint_kick_unless_quiet(n);
 	}
+	vbi_rcu_leave();
 	for (unsigned i = 0; i < ctx->ndev; i++)
 		atomic_store(&ctx->dr[i].failed, false);
 	/* reports made meanwhile set fail_pending again */

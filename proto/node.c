@@ -152,10 +152,9 @@ void vbi_node_reap(struct vb_node *node)
 			struct vbi_peer *p = *q;
 			bool gone;
 
-			if (atomic_load(&p->alt_pending))
-				continue;
 			pthread_mutex_lock(&p->txlock);
-			if (!p->dead) {
+			/* alt_pending: set with dead, under txlock (vbi_peer_failed) */
+			if (!p->dead || atomic_load(&p->alt_pending)) {
 				pthread_mutex_unlock(&p->txlock);
 				continue;
 			}
@@ -221,7 +220,7 @@ static void peer_say_bye(struct vbi_peer *p)
  * stop holding the windows back. */
 void vbi_peer_failed(struct vbi_peer *p, const char *why)
 {
-	bool was;
+	bool was, alt;
 	struct vbi_lane *old;
 
 	pthread_mutex_lock(&p->txlock);
@@ -230,6 +229,12 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	old = vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
 	if (old)
 		vbi_lane_retire(old);
+	/* in the same section as dead: the reaper, which looks at both under
+	 * txlock and needs no node->lock of ours, keeps a peer whose backup
+	 * is to be connected (vbi_node_backup_step) */
+	alt = !was && !p->closing && p->alt_addr.ss_family && !atomic_load(&p->node->stop);
+	if (alt)
+		atomic_store(&p->alt_pending, true);
 	pthread_mutex_unlock(&p->txlock);
 	if (was || p->closing)
 		return;
@@ -243,10 +248,8 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	else
 		vbi_warn("connection to '%s' failed: %s", p->name, why);
 	vbi_event(p->node->ctx, VB_EV_PEER_DOWN, p->name, "%s", why);
-	if (p->alt_addr.ss_family && !atomic_load(&p->node->stop)) {
-		atomic_store(&p->alt_pending, true);
+	if (alt)
 		vbi_maint_kick(p->node);
-	}
 }
 
 /* ---- nodes ------------------------------------------------------------------------------- */
