@@ -44,8 +44,9 @@ struct vbi_upcalls {
 	/* The frames of one datagram received on the UD endpoint or the
 	 * multicast QP (@len bytes after the GRH, maybe 0): walked and
 	 * delivered to the FANOUT subscribers of every node. Progress context;
-	 * ctx->lock held (it takes each node->lock for reading); the callback
-	 * room was reserved. vbi_sub_datagram (proto/sub.c). */
+	 * ctx->lock held (no node->lock: it reads the subscribers in an RCU
+	 * read-side section); the callback room was reserved.
+	 * vbi_sub_datagram (proto/sub.c). */
 	void (*datagram)(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len);
 
 	/* ---- peers ---- */

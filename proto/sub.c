@@ -22,7 +22,7 @@ struct vb_sub *vbi_sub_find(struct vb_node *node, uint32_t topic_id)
 {
 	if (!node)
 		return NULL;
-	for (struct vb_sub *s = node->subs; s; s = s->next)
+	for (struct vb_sub *s = vbi_rcu_deref(node->subs); s; s = vbi_rcu_deref(s->next))
 		if (s->topic_id == topic_id)
 			return s;
 	return NULL;
@@ -107,7 +107,7 @@ static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uin
 void vbi_sub_drop_peer(struct vb_node *node, struct vbi_peer *p, struct vbi_rxs **gone)
 {
 	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
-		for (struct vbi_rxs **q = &sub->streams; *q;) {
+		for (struct vbi_rxs **q = &sub->streams; sub->cls == VB_ORDERED && *q;) {
 			struct vbi_rxs *r = *q;
 
 			if (r->peer != p) {
@@ -352,9 +352,9 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 
 /* The frames of one datagram (the UD endpoint's or the multicast QP's,
  * @len bytes after the GRH): DATA and HEARTBEAT frames go to each node's
- * FANOUT subscriber of their topic. Progress context, ctx->lock held (each
- * node->lock is taken for reading); room for the callbacks was reserved
- * (vbi_ud_recv). Upcall datagram. */
+ * FANOUT subscriber of their topic. Progress context, ctx->lock held (no
+ * node->lock: an RCU read-side section); room for the callbacks was
+ * reserved (vbi_ud_recv). Upcall datagram. */
 void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 {
 	const uint8_t *pl;
@@ -363,6 +363,11 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 	int r;
 
 	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
+	/* No node->lock: subscribers are freed after a grace period
+	 * (vb_sub_destroy), and a FANOUT subscriber's streams have this
+	 * thread as their only writer until then (the reaper drops ORDERED
+	 * streams only: vbi_sub_drop_peer). One section for the datagram. */
+	vbi_rcu_enter();
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st->malformed, 1);
@@ -372,16 +377,14 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 		}
 		if (h.type == VBI_WT_DATA || h.type == VBI_WT_HEARTBEAT) {
 			for (struct vb_node *n = ctx->nodes; n; n = n->next) {
-				struct vb_sub *s;
+				struct vb_sub *s = vbi_sub_find(n, h.topic);
 
-				pthread_rwlock_rdlock(&n->lock);
-				s = vbi_sub_find(n, h.topic);
 				if (s && s->cls == VB_FANOUT)
 					vbi_sub_data(s, NULL, &h, pl);
-				pthread_rwlock_unlock(&n->lock);
 			}
 		}
 	}
+	vbi_rcu_leave();
 }
 
 /*
