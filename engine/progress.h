@@ -44,8 +44,8 @@ bool vbi_progress_waits_for_app(const struct vb_ctx *ctx);
  * in VB_PROGRESS_APP mode it runs progress meanwhile (@t may be waiting
  * for completions only this thread can reap now). */
 void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t);
-/* The per-peer round of @peer (progress context, node->lock held for
- * reading). @idle: the round polled no completion; @full: a kicked or
+/* The per-peer round of @peer (progress context, inside an RCU read-side
+ * section, no node->lock). @idle: the round polled no completion; @full: a kicked or
  * timed round, which flushes whatever tx_pending says (those rounds also
  * send the HELLOs deferred until an accept() returned: ctx->hellos_deferred). */
 void vbi_peer_after_poll(struct vbi_peer *peer, bool idle, bool full);

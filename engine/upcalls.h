@@ -51,7 +51,8 @@ struct vbi_upcalls {
 
 	/* ---- peers ---- */
 	/* Give @p up (no lane can be had; @why: static or copied). Progress
-	 * context (node->lock held for reading, ctx->lock held) or the
+	 * context (the dispatch: node->lock held for reading; the failure
+	 * round: ctx->lock held, an RCU read-side section) or the
 	 * maintenance thread (no lock held). vbi_peer_failed (proto/node.c). */
 	void (*peer_failed)(struct vbi_peer *p, const char *why);
 	/* Unreliable (UC/UD) active lane: retransmit to @p what had no ACK
@@ -71,8 +72,8 @@ struct vbi_upcalls {
 	/* ---- HELLO (proto/lane_hello.c) ---- */
 	/* Send our HELLO on @l (once; a deferred one when its connection is
 	 * ready). The maintenance thread after a connect (no lock held), or
-	 * the progress context's per-peer round (node->lock held for reading,
-	 * inside an RCU read-side section). vbi_lane_send_hello. */
+	 * the progress context's per-peer round (ctx->lock held, inside an RCU
+	 * read-side section). vbi_lane_send_hello. */
 	void (*lane_send_hello)(struct vbi_lane *l);
 	/* A UDADDR frame (our UD endpoint's address) into @buf (room for
 	 * VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN bytes); returns its length. Any
@@ -94,7 +95,8 @@ struct vbi_upcalls {
 	void (*peer_ack_all)(struct vb_node *node, struct vbi_peer *p);
 	/* A switch this end starts, from the progress context: the ACKs of
 	 * every stream from @p and then @tail (the LANE frame) in one SEND
-	 * on @l. node->lock (read) and p->txlock held.
+	 * on @l. p->txlock held, and node->lock (read: the dispatch) or an
+	 * RCU read-side section (the failure round).
 	 * vbi_peer_send_switch (proto/peer_frames.c). */
 	int (*peer_send_switch)(struct vbi_peer *p, struct vbi_lane *l, const void *tail,
 				uint32_t tail_len);

@@ -456,9 +456,10 @@ int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
  * (core/stream.h vbi_ack_alone: the publisher asked (k-of-n), a quarter
  * of the slots wait to be returned, 256 messages went unacknowledged, or,
  * @idle: the poll found nothing, an ACK has been owed VERBUS_ACK_DELAY_MS,
- * or credits wait and nothing has arrived for that long). txlock held;
- * node->lock held for reading (so subscribers, whose streams sit on the
- * dirty list, cannot go away meanwhile). Upcall peer_acks.
+ * or credits wait and nothing has arrived for that long). txlock held (a
+ * stream leaves the dirty list under it before it is freed:
+ * vb_sub_destroy, vbi_node_reap), in the per-peer round's RCU read-side
+ * section. Upcall peer_acks.
  */
 void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
 		       bool idle)

@@ -14,7 +14,10 @@
  *   vb_node    listeners, the conductor thread (engine/maint.c:
  *              accepting, maintenance), its peers, publishers, subscribers. node->lock
  *              (rwlock) guards the lists; the progress thread takes it
- *              for reading in each per-peer round and per receive.
+ *              for reading per received SEND, and walks the lists in its
+ *              rounds (per peer, failures, slow subscribers, FANOUT) in an
+ *              RCU read-side section instead: their writers link and
+ *              unlink with vbi_rcu_assign and free after a grace period.
  *   vbi_peer   one RC connection to another node: recv slots, send
  *              contexts (a ring the size of the SQ), credits, the remote
  *              node's UD address and subscriptions.
@@ -25,7 +28,9 @@
  *              pub->lock guards the window and the cursors.
  *   vb_sub     per publisher session: sequence tracking + reassembly.
  *              Touched only by the progress context (and destroy, after
- *              it has been unlinked under node->lock held for writing).
+ *              it has been unlinked under node->lock held for writing and
+ *              a grace period; and the reaper, which unlinks a reaped
+ *              peer's ORDERED streams under the write lock).
  *
  *   vbi_peer lifetime: created by a connect or an accepted HELLO, given up
  *              or closed (dead), then reaped by the node's maintenance
@@ -338,7 +343,8 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
  * old lane are lost), then @tail (the LANE frame). The peer applies the
  * ACKs before the LANE frame rewinds its cursors, so it resends only what
  * this end lacks. ACKs that do not fit stay owed (urgent). Progress
- * context, node->lock (read) and p->txlock held (upcall peer_send_switch).
+ * context, p->txlock held, and node->lock (read) or an RCU read-side
+ * section (upcall peer_send_switch).
  * Returns vbi_lane_send_ctrl()'s result, -EMSGSIZE when @tail does not
  * fit the lane's SEND. */
 int vbi_peer_send_switch(struct vbi_peer *p, struct vbi_lane *l, const void *tail,

@@ -381,7 +381,8 @@ static bool peer_reachable(struct vbi_peer *p)
  * messages and acknowledged nothing new for slow_sub_ms. Its cursor goes
  * dead (the window stops waiting for it and frees what only it needed),
  * an END frame is owed to it, and the cut is counted and reported.
- * node->lock held for reading; takes pub->lock.
+ * Progress context, inside the slow-subscriber round's RCU read-side
+ * section; takes pub->lock.
  */
 static void slow_cut(struct vb_pub *pub)
 {
