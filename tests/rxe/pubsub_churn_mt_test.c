@@ -17,9 +17,15 @@
  * message of which arrives once and in order. Then even cycles destroy the
  * subscriber before the visitor leaves; odd ones let the visitor leave
  * first (hub's conductor reaps the peer with its receive streams while the
- * subscriber lives), then destroy the subscriber. At the end the feed's
- * stream is complete, in order and acknowledged, and hub reaped one peer
- * per cycle.
+ * subscriber lives), and the next cycle destroys the subscriber once that
+ * peer is reaped. Every visitor also publishes to one topic hub subscribes
+ * to for the whole run ("churn.all"): its stream is added to that
+ * subscriber's streams by the progress thread (with no node lock for the
+ * messages) while the conductor may be unlinking the previous visitor's
+ * (the next cycle does not wait for the reap before it publishes). At the
+ * end the feed's stream is complete, in order and acknowledged, every
+ * visitor's stream on churn.all arrived whole and in order, and hub reaped
+ * one peer per cycle.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -108,6 +114,42 @@ static void fan_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
 	atomic_fetch_add(&f->got, 1);
 }
 
+/* churn.all: one visitor's stream after another, each counted from 1
+ * (hub's progress thread writes session and last). */
+struct all {
+	atomic_uint_fast64_t got, bad;
+	uint32_t session;
+	uint64_t last;
+};
+
+static void all_cb(vb_sub_t *sub, const vb_msg_t *m, void *arg)
+{
+	struct all *a = arg;
+	uint64_t n;
+
+	(void)sub;
+	if (m->len < sizeof(n)) {
+		atomic_fetch_add(&a->bad, 1);
+		return;
+	}
+	memcpy(&n, m->data, sizeof(n));
+	if (m->publisher != a->session) { /* the next visitor's stream */
+		a->session = m->publisher;
+		a->last = 0;
+	}
+	if (n != a->last + 1)
+		atomic_fetch_add(&a->bad, 1);
+	a->last = n;
+	atomic_fetch_add(&a->got, 1);
+}
+
+/* An odd cycle's subscriber, left for the next cycle to destroy once the
+ * visitor that published to it is reaped. */
+struct left {
+	vb_sub_t *sub;
+	struct vbt_count cnt;
+};
+
 static uint64_t reaped(vb_ctx_t *ctx)
 {
 	vb_stats_t st;
@@ -125,16 +167,34 @@ static bool wait_reaped(vb_ctx_t *ctx, uint64_t n)
 	return reaped(ctx) >= n;
 }
 
-/* Cycle @i: a visitor connects to @hub, hub subscribes, the visitor
- * publishes VISIT_MSGS messages to it, and both go (in the order @i's
- * parity says). @ctx_hub's reaped count must reach @i + 1. */
-static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
+/* The subscriber the previous cycle left (if any), once its visitor (and
+ * so every visitor before @i) is reaped: nothing more arrived on it. */
+static void left_drop(vb_ctx_t *ctx_hub, struct left *lf, unsigned i)
 {
-	struct vbt_count cnt = { 0 };
+	if (!wait_reaped(ctx_hub, i))
+		fail_msg("cycle %u: hub reaped %" PRIu64 " peers, not %u", i, reaped(ctx_hub), i);
+	if (!lf->sub)
+		return;
+	/* its streams from the visitor went with the peer */
+	assert_int_equal(vb_sub_destroy(lf->sub), 0);
+	lf->sub = NULL;
+	assert_int_equal(atomic_load(&lf->cnt.got), VISIT_MSGS);
+	assert_int_equal(atomic_load(&lf->cnt.bad), 0);
+}
+
+/* Cycle @i: a visitor connects to @hub, hub subscribes, the visitor
+ * publishes VISIT_MSGS messages to it and to @all_pub's topic, and both go
+ * (in the order @i's parity says). An odd cycle leaves its subscriber in
+ * @lf; the previous one's is destroyed here, after the visitor published
+ * to churn.all (so the reaper's unlinking of the last visitor's streams
+ * may run meanwhile). */
+static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf)
+{
+	struct vbt_count cnt_own = { 0 }, *cntp = &cnt_own;
 	struct fan fcnt = { 0 };
 	vb_sub_attr_t sa, fsa;
 	vb_pub_attr_t pa, fpa;
-	vb_pub_t *fpub;
+	vb_pub_t *fpub, *apub;
 	vb_sub_t *fsub;
 	vb_ctx_t *vctx = vbt_ctx_open(NULL);
 	vb_node_t *vnode = vbt_node_open(vctx, "visitor", false);
@@ -147,9 +207,13 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 	snprintf(ftopic, sizeof(ftopic), "churnf.%u", i);
 	if (vb_node_connect(vnode, vbt_test_ip(), vb_node_port(hub)))
 		fail_msg("cycle %u: connect: %s", i, vb_errmsg());
+	if (i % 2) { /* it outlives this cycle: left_drop of the next one reads it */
+		cntp = &lf->cnt;
+		memset(cntp, 0, sizeof(*cntp));
+	}
 	vb_sub_attr_init(&sa);
 	sa.on_msg = vbt_count_cb;
-	sa.arg = &cnt;
+	sa.arg = cntp;
 	if (vb_sub_create(hub, topic, VB_ORDERED, &sa, &sub))
 		fail_msg("cycle %u: hub subscribes: %s", i, vb_errmsg());
 	fsa = sa;
@@ -161,12 +225,21 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 	pa.ack_quorum = 1;
 	if (vb_pub_create(vnode, topic, VB_ORDERED, &pa, &pub))
 		fail_msg("cycle %u: visitor publishes: %s", i, vb_errmsg());
+	if (vb_pub_create(vnode, "churn.all", VB_ORDERED, &pa, &apub))
+		fail_msg("cycle %u: visitor publishes to churn.all: %s", i, vb_errmsg());
 	vb_pub_attr_init(&fpa);
 	if (vb_pub_create(vnode, ftopic, VB_FANOUT, &fpa, &fpub))
 		fail_msg("cycle %u: visitor publishes (FANOUT): %s", i, vb_errmsg());
-	if (!vbt_wait_subscribers(pub, 1, WAIT_MS) || !vbt_wait_subscribers(fpub, 1, WAIT_MS))
-		fail_msg("cycle %u: a visitor's publisher never saw hub's subscriber to '%s' or "
-			 "'%s' (a SUB lost)", i, topic, ftopic);
+	if (!vbt_wait_subscribers(pub, 1, WAIT_MS) || !vbt_wait_subscribers(fpub, 1, WAIT_MS) ||
+	    !vbt_wait_subscribers(apub, 1, WAIT_MS))
+		fail_msg("cycle %u: a visitor's publisher never saw hub's subscriber to '%s', "
+			 "'%s' or churn.all (a SUB lost)", i, topic, ftopic);
+	/* churn.all first: a new stream in hub's subscriber, while the last
+	 * visitor may be being reaped */
+	for (uint64_t n = 1; n <= VISIT_MSGS; n++)
+		assert_int_equal(publish_counted(apub, n, &seq), 0);
+	assert_int_equal(vb_pub_wait_acked(apub, seq, (int)WAIT_MS), 0);
+	left_drop(ctx_hub, lf, i);
 	/* FANOUT: datagrams, the publisher's heartbeats then follow while it
 	 * idles (the progress thread's rounds over the publishers) */
 	for (uint64_t n = 1; n <= VISIT_MSGS; n++)
@@ -175,12 +248,14 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 		assert_int_equal(publish_counted(pub, n, &seq), 0);
 	assert_int_equal(vb_pub_wait_acked(pub, seq, (int)WAIT_MS), 0);
 	t0 = vbt_now_ms();
-	while (atomic_load(&cnt.got) < VISIT_MSGS && vbt_now_ms() - t0 < WAIT_MS)
+	while (atomic_load(&cntp->got) < VISIT_MSGS && vbt_now_ms() - t0 < WAIT_MS)
 		usleep(1000);
-	if (atomic_load(&cnt.got) != VISIT_MSGS || atomic_load(&cnt.bad))
+	if (atomic_load(&cntp->got) != VISIT_MSGS || atomic_load(&cntp->bad))
 		fail_msg("cycle %u: hub got %" PRIu64 " of %u (%" PRIu64 " out of order)", i,
-			 (uint64_t)atomic_load(&cnt.got), VISIT_MSGS, (uint64_t)atomic_load(&cnt.bad));
+			 (uint64_t)atomic_load(&cntp->got), VISIT_MSGS,
+			 (uint64_t)atomic_load(&cntp->bad));
 	assert_int_equal(vb_pub_destroy(pub), 0);
+	assert_int_equal(vb_pub_destroy(apub), 0);
 	assert_int_equal(vb_pub_destroy(fpub), 0);
 	/* what arrived of the FANOUT stream: in order, nothing twice */
 	assert_true(atomic_load(&fcnt.got) <= VISIT_MSGS);
@@ -190,23 +265,25 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i)
 		assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_node_destroy(vnode), 0);
 	assert_int_equal(vb_ctx_destroy(vctx), 0);
-	if (!wait_reaped(ctx_hub, i + 1u))
-		fail_msg("cycle %u: hub reaped %" PRIu64 " peers, not %u", i, reaped(ctx_hub), i + 1);
-	if (i % 2) /* its streams from the visitor went with the peer */
-		assert_int_equal(vb_sub_destroy(sub), 0);
+	if (i % 2) { /* reaped during the next cycle, the subscriber alive */
+		lf->sub = sub;
+		return;
+	}
 	/* nothing more arrived, nothing twice */
-	assert_int_equal(atomic_load(&cnt.got), VISIT_MSGS);
+	assert_int_equal(atomic_load(&cnt_own.got), VISIT_MSGS);
 }
 
 static void test_churn(void **state)
 {
 	struct vbt_count fcnt = { 0 };
 	struct feed f = { 0 };
+	struct all all = { 0 };
+	struct left lf = { 0 };
 	vb_ctx_t *cf, *ch;
 	vb_node_t *feed, *hub;
-	vb_sub_attr_t sa;
+	vb_sub_attr_t sa, asa;
 	vb_pub_attr_t pa;
-	vb_sub_t *fsub;
+	vb_sub_t *fsub, *asub;
 	pthread_t th;
 	unsigned cycles = (unsigned)vbt_scaled(48);
 	uint64_t t0;
@@ -224,6 +301,11 @@ static void test_churn(void **state)
 	sa.arg = &fcnt;
 	if (vb_sub_create(hub, "feed", VB_ORDERED, &sa, &fsub))
 		fail_msg("hub subscribes to the feed: %s", vb_errmsg());
+	vb_sub_attr_init(&asa);
+	asa.on_msg = all_cb;
+	asa.arg = &all;
+	if (vb_sub_create(hub, "churn.all", VB_ORDERED, &asa, &asub))
+		fail_msg("hub subscribes to churn.all: %s", vb_errmsg());
 	vb_pub_attr_init(&pa);
 	pa.ack_quorum = 1;
 	pa.slow_policy = VB_SLOW_BLOCK; /* streams, not time, are checked */
@@ -236,13 +318,19 @@ static void test_churn(void **state)
 	printf("churn: %u visitor cycles while the feed sends\n", cycles);
 	t0 = vbt_now_ms();
 	for (unsigned i = 0; i < cycles; i++) {
-		cycle(ch, hub, i);
+		cycle(ch, hub, i, &lf);
 		printf("churn: cycle %u done after %" PRIu64 " ms, feed at %" PRIu64 "\n", i,
 		       vbt_now_ms() - t0, (uint64_t)atomic_load(&fcnt.got));
 		fflush(stdout);
 	}
+	left_drop(ch, &lf, cycles);
 	atomic_store(&f.stop, true);
 	pthread_join(th, NULL);
+	printf("churn: churn.all got %" PRIu64 " of %u, %" PRIu64 " out of order\n",
+	       (uint64_t)atomic_load(&all.got), cycles * VISIT_MSGS,
+	       (uint64_t)atomic_load(&all.bad));
+	assert_int_equal(atomic_load(&all.got), (uint64_t)cycles * VISIT_MSGS);
+	assert_int_equal(atomic_load(&all.bad), 0);
 	printf("churn: the feed sent %" PRIu64 " messages\n", f.n);
 	if (f.rc)
 		fail_msg("feed: %d (%s)", f.rc, vb_errmsg());
@@ -251,6 +339,7 @@ static void test_churn(void **state)
 	assert_int_equal(reaped(ch), cycles);
 	assert_int_equal(vb_pub_destroy(f.pub), 0);
 	assert_int_equal(vb_sub_destroy(fsub), 0);
+	assert_int_equal(vb_sub_destroy(asub), 0);
 	assert_int_equal(vb_node_destroy(feed), 0);
 	assert_int_equal(vb_node_destroy(hub), 0);
 	assert_int_equal(vb_ctx_destroy(cf), 0);
