@@ -414,10 +414,10 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		vbi_lane_report(l, v, "no memory to queue deliveries");
 		return;
 	}
-	if (bound)
-		pthread_rwlock_rdlock(&node->lock);
-	else
-		pthread_rwlock_wrlock(&node->lock);
+	/* No node->lock: the frames that change the node's lists take it
+	 * themselves (vbi_dispatch_frames); the rest read them in this RCU
+	 * read-side section (their writers free after a grace period) */
+	vbi_rcu_enter();
 	if (!byte_len) { /* a SEND with no frame in it */
 		atomic_fetch_add(&ctx->st->malformed, 1);
 		vbi_event(ctx, VB_EV_PROTOCOL, l->peer ? l->peer->name : "", "empty SEND dropped");
@@ -426,9 +426,10 @@ void vbi_lane_rc_recv(struct vbi_lane *l, struct vbi_slot *slot, uint32_t byte_l
 		/* before the callbacks: what they publish answers this SEND */
 		atomic_store_explicit(&l->rx_since_post, true, memory_order_relaxed);
 	}
-	pthread_rwlock_unlock(&node->lock);
-	/* the callbacks, with no lock held; the slot (what they read) is
-	 * posted again after them */
+	vbi_rcu_leave();
+	/* the callbacks, with no lock held and outside the section (they may
+	 * destroy, which waits for a grace period); the slot (what they read)
+	 * is posted again after them */
 	ctx->up->cb_flush(ctx);
 	if (vbi_lane_dead(l))
 		return;

@@ -36,8 +36,8 @@ struct vbi_upcalls {
 
 	/* ---- receiving ---- */
 	/* The frames of one SEND received on lane @l (@len > 0 bytes at
-	 * @buf). Progress context; node->lock held (for reading when @l is
-	 * bound to a peer, for writing when not: its HELLO may bind it).
+	 * @buf). Progress context, in an RCU read-side section, no lock
+	 * held: each frame takes the node->lock it needs.
 	 * vbi_dispatch_frames (proto/peer_frames.c). */
 	void (*dispatch_frames)(struct vb_ctx *ctx, struct vbi_lane *l, const uint8_t *buf,
 				uint32_t len);

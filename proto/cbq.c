@@ -4,10 +4,11 @@
  *
  * Deliveries (on_msg, on_gap, on_end) and k-of-n acknowledgements (on_ack) are
  * found by the progress thread while it dispatches a received SEND or
- * datagram under the node's lock (and, for datagrams, the context's). They
- * are queued in ctx->cbq instead of called there, and run by
- * vbi_cb_flush(), which the receive handlers call after releasing those
- * locks and before the receive buffer is posted again: a queued message
+ * datagram in an RCU read-side section (for datagrams under the context's
+ * lock; a control frame may hold the node's). They are queued in ctx->cbq
+ * instead of called there, and run by vbi_cb_flush(), which the receive
+ * handlers call after that section and before the receive buffer is
+ * posted again: a queued message
  * still points into that buffer (or owns its reassembled copy), in order.
  * The ORDERED acknowledgement of a message is made owed only after its
  * callback returned, so an ACK never covers what the application has not

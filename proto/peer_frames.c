@@ -58,7 +58,7 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 	return rc;
 }
 
-/* ---- receive dispatch (progress context, node->lock held for reading) ------------- */
+/* ---- receive dispatch (progress context, an RCU read-side section) ------------------- */
 
 static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8_t *pl,
 		   bool unsub)
@@ -182,17 +182,122 @@ static void on_ack(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
 	vbi_pub_on_ack(p->node, p, h);
 }
 
-/* The frames of @w, each handled as it comes; a bad header, a refusal or a
- * BYE ends the walk early. */
+/*
+ * The node->lock a frame needs. The data path's frames (DATA, ACK, NAK,
+ * END, HEARTBEAT) take none: they read the node's subscribers and
+ * publishers in the caller's RCU read-side section (both are freed after a
+ * grace period), a subscriber's streams are this thread's to change but
+ * for the reaper's unlinking (stream_get takes the write lock to add or
+ * reuse one), and a publisher's attachments are read under pub->lock.
+ * SUB and UNSUB change the peer's rsubs and publishers' attachments, which
+ * vb_pub_create walks: the write lock. A HELLO on a lane with no peer yet
+ * may create one (node->peers, node->pending): the write lock. The other
+ * control frames (HELLO on a bound lane, AUTH, LANE, UDADDR, BYE) switch
+ * lanes and peers' state, which the conductor reads under the read lock.
+ */
+enum frame_lock { FL_NONE, FL_READ, FL_WRITE };
+
+static enum frame_lock frame_lock(const struct vbi_lane *l, uint8_t type)
+{
+	switch (type) {
+	case VBI_WT_DATA:
+	case VBI_WT_ACK:
+	case VBI_WT_NAK:
+	case VBI_WT_END:
+	case VBI_WT_HEARTBEAT:
+		return FL_NONE;
+	case VBI_WT_SUB:
+	case VBI_WT_UNSUB:
+		return FL_WRITE;
+	case VBI_WT_HELLO:
+	case VBI_WT_AUTH:
+		return l->peer ? FL_READ : FL_WRITE;
+	default:
+		return FL_READ;
+	}
+}
+
+/* Frame @h on lane @l of peer @p (NULL before the HELLO), its lock held.
+ * Returns true when the walk ends here (a refusal, a BYE). */
+static bool dispatch_frame(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_peer *p,
+			   const struct vbi_wire_hdr *h, const uint8_t *pl)
+{
+	if (h->type == VBI_WT_HELLO || h->type == VBI_WT_AUTH) {
+		if (!l->peer && vbi_lane_dead(l))
+			return true; /* dropped meanwhile (accept: pending_cap) */
+		if (h->type == VBI_WT_HELLO)
+			vbi_lane_on_hello(l, h, pl);
+		else
+			vbi_hello_auth_on_frame(l, h, pl);
+		/* refused: nothing after it is looked at */
+		return vbi_hello_auth_refusal(l) != NULL;
+	}
+	if (h->type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
+	    !atomic_load(&l->hello_rcvd)) {
+		on_refusal(p, h, pl);
+		return true;
+	}
+	if (!p || !atomic_load(&l->hello_rcvd)) {
+		atomic_fetch_add(&ctx->st->malformed, 1);
+		vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h->type);
+		return true;
+	}
+	switch (h->type) {
+	case VBI_WT_DATA: {
+		struct vb_sub *s = vbi_sub_find(p->node, h->topic);
+
+		if (s && s->cls == VB_ORDERED && data_lane_ok(ctx, p, l))
+			vbi_sub_data(s, p, h, pl);
+		break;
+	}
+	case VBI_WT_ACK:
+		on_ack(ctx, p, l, h);
+		break;
+	case VBI_WT_SUB:
+	case VBI_WT_UNSUB:
+		on_sub(p, h, pl, h->type == VBI_WT_UNSUB);
+		break;
+	case VBI_WT_LANE:
+		/* lane number and epoch rules (auth.c); a promoted probe
+		 * lane is renumbered there */
+		if (vbi_rule_lane_frame(p, l, h) && data_lane_ok(ctx, p, l))
+			vbi_lane_on_switch(l);
+		break;
+	case VBI_WT_NAK:
+		atomic_fetch_add(&ctx->st->naks_received, 1);
+		vbi_pub_on_nak(p->node, p, h);
+		break;
+	case VBI_WT_UDADDR:
+		vbi_peer_on_udaddr(p, h, pl);
+		break;
+	case VBI_WT_END: /* a publisher cut our stream (slow subscriber) */
+		vbi_sub_on_end(p, h);
+		break;
+	case VBI_WT_BYE:
+		p->remote_closed = true;
+		vbi_peer_failed(p, "closed by the peer");
+		return true;
+	default: /* HEARTBEAT: nothing to do */
+		break;
+	}
+	return false;
+}
+
+/* The frames of @w, each handled as it comes under the node->lock it
+ * needs (frame_lock); a bad header, a refusal or a BYE ends the walk
+ * early. */
 static void dispatch_walk(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_wire_walk *w,
 			  const uint8_t *buf, uint32_t len)
 {
+	pthread_rwlock_t *lock = &l->node->lock;
 	struct vbi_wire_hdr h;
 	const uint8_t *pl;
 	int r;
 
 	while ((r = vbi_wire_walk_next(w, &h, &pl)) != 0) {
 		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
+		enum frame_lock fl;
+		bool stop;
 
 		if (r < 0) {
 			atomic_fetch_add(&ctx->st->malformed, 1);
@@ -206,63 +311,16 @@ static void dispatch_walk(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_wir
 					  vbi_wire_err_name((enum vbi_wire_err)-r));
 			return;
 		}
-		if (h.type == VBI_WT_HELLO || h.type == VBI_WT_AUTH) {
-			if (h.type == VBI_WT_HELLO)
-				vbi_lane_on_hello(l, &h, pl);
-			else
-				vbi_hello_auth_on_frame(l, &h, pl);
-			if (vbi_hello_auth_refusal(l))
-				return; /* refused: nothing after it is looked at */
-			continue;
-		}
-		if (h.type == VBI_WT_BYE && p && p->connector && !atomic_load(&p->up) &&
-		    !atomic_load(&l->hello_rcvd)) {
-			on_refusal(p, &h, pl);
+		fl = frame_lock(l, h.type);
+		if (fl == FL_READ)
+			pthread_rwlock_rdlock(lock);
+		else if (fl == FL_WRITE)
+			pthread_rwlock_wrlock(lock);
+		stop = dispatch_frame(ctx, l, p, &h, pl);
+		if (fl != FL_NONE)
+			pthread_rwlock_unlock(lock);
+		if (stop)
 			return;
-		}
-		if (!p || !atomic_load(&l->hello_rcvd)) {
-			atomic_fetch_add(&ctx->st->malformed, 1);
-			vbi_event(ctx, VB_EV_PROTOCOL, "", "frame type %u before HELLO dropped", h.type);
-			return;
-		}
-		switch (h.type) {
-		case VBI_WT_DATA: {
-			struct vb_sub *s = vbi_sub_find(p->node, h.topic);
-
-			if (s && s->cls == VB_ORDERED && data_lane_ok(ctx, p, l))
-				vbi_sub_data(s, p, &h, pl);
-			break;
-		}
-		case VBI_WT_ACK:
-			on_ack(ctx, p, l, &h);
-			break;
-		case VBI_WT_SUB:
-		case VBI_WT_UNSUB:
-			on_sub(p, &h, pl, h.type == VBI_WT_UNSUB);
-			break;
-		case VBI_WT_LANE:
-			/* lane number and epoch rules (auth.c); a promoted probe
-			 * lane is renumbered there */
-			if (vbi_rule_lane_frame(p, l, &h) && data_lane_ok(ctx, p, l))
-				vbi_lane_on_switch(l);
-			break;
-		case VBI_WT_NAK:
-			atomic_fetch_add(&ctx->st->naks_received, 1);
-			vbi_pub_on_nak(p->node, p, &h);
-			break;
-		case VBI_WT_UDADDR:
-			vbi_peer_on_udaddr(p, &h, pl);
-			break;
-		case VBI_WT_END: /* a publisher cut our stream (slow subscriber) */
-			vbi_sub_on_end(p, &h);
-			break;
-		case VBI_WT_BYE:
-			p->remote_closed = true;
-			vbi_peer_failed(p, "closed by the peer");
-			return;
-		default: /* HEARTBEAT: nothing to do */
-			break;
-		}
 	}
 }
 

@@ -436,7 +436,7 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len);
 void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer);
 void vbi_sub_peer_ack_all(struct vb_node *node, struct vbi_peer *peer);
 /* An END frame from @peer (a publisher cut our stream); progress context,
- * node->lock held for reading. */
+ * an RCU read-side section (no node->lock). */
 void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h);
 
 /* ---- what the public functions call (api/src: the facade) ----------------

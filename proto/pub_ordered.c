@@ -89,7 +89,9 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 
 	if (!h->session)
 		return;
-	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
+	/* no node->lock: publishers are freed after a grace period
+	 * (vb_pub_destroy), and their attachments are read under pub->lock */
+	for (struct vb_pub *pub = vbi_rcu_deref(node->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 		uint64_t before, after, win_before;
 		struct vbi_pubpeer *pp;
 

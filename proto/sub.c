@@ -2,8 +2,9 @@
 /*
  * Subscribers: per publisher session, sequence tracking (duplicates, gaps,
  * late join) and reassembly, then delivery to the application callback.
- * Everything here runs in the progress context with node->lock held for
- * reading, except create/destroy (node->lock held for writing), which the
+ * Everything here runs in the progress context, in an RCU read-side
+ * section with no node->lock (stream_get takes it to add an ORDERED
+ * stream), except create/destroy (node->lock held for writing), which the
  * public functions (api/src/sub.c) call.
  */
 #include <errno.h>
@@ -60,18 +61,13 @@ static void stream_reset(struct vb_sub *sub, struct vbi_rxs *r, struct vbi_peer 
 	atomic_fetch_add(&sub->c->publishers, 1);
 }
 
-/*
- * The stream of publisher @session (arriving on @peer for ORDERED, NULL for
- * datagrams). A new session on an ORDERED connection replaces the old one
- * (one publisher per topic per node: the old instance is gone). Streams are
- * bounded (a peer inventing sessions must not grow memory): at the bound the
- * longest-idle stream (idle > 1 s, not on an ACK list) is reused, else the
- * message is refused (NULL).
- */
-static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session)
+/* The stream of publisher @session from @peer, made (or an old one reused)
+ * when there is none: see stream_get. Progress context; for ORDERED
+ * (@peer set) node->lock held for writing. */
+static struct vbi_rxs *stream_make(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session,
+				   uint64_t now)
 {
 	struct vbi_rxs *r, *oldest = NULL;
-	uint64_t now = vbi_now_ms();
 
 	for (r = sub->streams; r; r = r->next) {
 		if (r->session == session && r->peer == peer) {
@@ -99,8 +95,40 @@ static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uin
 	stream_reset(sub, r, peer, session);
 	r->last_ms = now;
 	r->next = sub->streams;
-	sub->streams = r;
+	vbi_rcu_assign(sub->streams, r);
 	sub->nstreams++;
+	return r;
+}
+
+/*
+ * The stream of publisher @session (arriving on @peer for ORDERED, NULL for
+ * datagrams). A new session on an ORDERED connection replaces the old one
+ * (one publisher per topic per node: the old instance is gone). Streams are
+ * bounded (a peer inventing sessions must not grow memory): at the bound the
+ * longest-idle stream (idle > 1 s, not on an ACK list) is reused, else the
+ * message is refused (NULL).
+ *
+ * Progress context, no node->lock (an RCU read-side section). This thread
+ * is the only one that adds or reuses a stream; the reaper unlinks an
+ * ORDERED subscriber's streams from a peer it reaps (vbi_sub_drop_peer,
+ * node->lock held for writing), so finding one needs no lock, and making
+ * or reusing one of ORDERED takes the write lock.
+ */
+static struct vbi_rxs *stream_get(struct vb_sub *sub, struct vbi_peer *peer, uint32_t session)
+{
+	uint64_t now = vbi_now_ms();
+	struct vbi_rxs *r;
+
+	for (r = vbi_rcu_deref(sub->streams); r; r = vbi_rcu_deref(r->next))
+		if (r->session == session && r->peer == peer) {
+			r->last_ms = now;
+			return r;
+		}
+	if (!peer) /* FANOUT: the reaper leaves these alone */
+		return stream_make(sub, NULL, session, now);
+	pthread_rwlock_wrlock(&sub->node->lock);
+	r = stream_make(sub, peer, session, now);
+	pthread_rwlock_unlock(&sub->node->lock);
 	return r;
 }
 
@@ -134,11 +162,13 @@ void vbi_sub_free_streams(struct vbi_rxs *gone)
 
 /* @peer now sends on a newer connection, which restarts any fragmented
  * message from its first fragment: drop partial reassemblies. Progress
- * context, node->lock held. */
+ * context: node->lock held or an RCU read-side section (the streams'
+ * other writers unlink with vbi_rcu_assign and free after a grace
+ * period). */
 void vbi_sub_peer_lane_changed(struct vb_node *node, struct vbi_peer *peer)
 {
-	for (struct vb_sub *sub = node->subs; sub; sub = sub->next)
-		for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+	for (struct vb_sub *sub = vbi_rcu_deref(node->subs); sub; sub = vbi_rcu_deref(sub->next))
+		for (struct vbi_rxs *r = vbi_rcu_deref(sub->streams); r; r = vbi_rcu_deref(r->next))
 			if (r->peer == peer && r->reasm.active) {
 				vbi_reasm_fini(&r->reasm);
 				vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
@@ -282,10 +312,11 @@ static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire
 	if (!vbi_cb_queue_msg(sub, r->peer ? r : NULL, &msg, owned, h->flags & VBI_WF_ACK_REQ))
 		return true;
 	/* Cannot happen: the receive path reserved room for every delivery of
-	 * the buffer (vbi_cb_reserve) before taking the locks. Never a
-	 * callback here, under the node lock (a callback may create or
-	 * destroy: a self-deadlock). Counted as lost (the stream has moved
-	 * past it). */
+	 * the buffer (vbi_cb_reserve) before the dispatch. Never a callback
+	 * here, inside the dispatch (a callback may destroy, which waits for
+	 * a grace period: a deadlock in this RCU read-side section, and the
+	 * reaper or a control frame may hold node->lock). Counted as lost
+	 * (the stream has moved past it). */
 	vbi_error("'%s' seq %llu: no room in the callback queue: not delivered", sub->topic,
 		  (unsigned long long)h->seq);
 	atomic_fetch_add(&sub->c->lost, 1);
@@ -393,7 +424,7 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
  * RC delivered everything before this frame. The partial reassembly of a
  * message cut in the middle is dropped; the stream is reported ended
  * (on_end, queued) and counted. Nothing more comes from that session
- * unless we subscribe again. Progress context, node->lock held for reading.
+ * unless we subscribe again. Progress context, an RCU read-side section.
  */
 _Static_assert(VB_END_SLOW == VBI_WIRE_END_SLOW, "END reasons");
 
@@ -410,7 +441,7 @@ void vbi_sub_on_end(struct vbi_peer *peer, const struct vbi_wire_hdr *h)
 	}
 	if (!sub || sub->cls != VB_ORDERED)
 		return; /* unsubscribed meanwhile */
-	for (struct vbi_rxs *r = sub->streams; r; r = r->next)
+	for (struct vbi_rxs *r = vbi_rcu_deref(sub->streams); r; r = vbi_rcu_deref(r->next))
 		if (r->peer == peer && r->session == h->session && r->reasm.active) {
 			vbi_reasm_fini(&r->reasm);
 			vbi_reasm_init(&r->reasm, reasm_alloc, reasm_free, NULL);
