@@ -25,7 +25,11 @@
  * (the next cycle does not wait for the reap before it publishes). At the
  * end the feed's stream is complete, in order and acknowledged, every
  * visitor's stream on churn.all arrived whole and in order, and hub reaped
- * one peer per cycle.
+ * one peer per cycle. Each cycle also adds a node "side" to hub's context
+ * and removes it again while the feed runs: the progress thread's rounds
+ * and the FANOUT delivery walk the context's nodes. Side subscribes to the
+ * cycle's FANOUT topic; the visitor's datagrams reach hub's context, which
+ * delivers them to both nodes' subscribers.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -194,8 +198,10 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf
 	struct fan fcnt = { 0 };
 	vb_sub_attr_t sa, fsa;
 	vb_pub_attr_t pa, fpa;
+	struct fan scnt = { 0 };
 	vb_pub_t *fpub, *apub;
-	vb_sub_t *fsub;
+	vb_sub_t *fsub, *ssub;
+	vb_node_t *side = vbt_node_open(ctx_hub, "side", false);
 	vb_ctx_t *vctx = vbt_ctx_open(NULL);
 	vb_node_t *vnode = vbt_node_open(vctx, "visitor", false);
 	vb_pub_t *pub;
@@ -221,6 +227,9 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf
 	fsa.arg = &fcnt;
 	if (vb_sub_create(hub, ftopic, VB_FANOUT, &fsa, &fsub))
 		fail_msg("cycle %u: hub subscribes (FANOUT): %s", i, vb_errmsg());
+	fsa.arg = &scnt;
+	if (vb_sub_create(side, ftopic, VB_FANOUT, &fsa, &ssub))
+		fail_msg("cycle %u: side subscribes (FANOUT): %s", i, vb_errmsg());
 	vb_pub_attr_init(&pa);
 	pa.ack_quorum = 1;
 	if (vb_pub_create(vnode, topic, VB_ORDERED, &pa, &pub))
@@ -261,6 +270,12 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf
 	assert_true(atomic_load(&fcnt.got) <= VISIT_MSGS);
 	assert_int_equal(atomic_load(&fcnt.bad), 0);
 	assert_int_equal(vb_sub_destroy(fsub), 0);
+	printf("churn: cycle %u: FANOUT %" PRIu64 " to hub, %" PRIu64 " to side\n", i,
+	       (uint64_t)atomic_load(&fcnt.got), (uint64_t)atomic_load(&scnt.got));
+	assert_true(atomic_load(&scnt.got) <= VISIT_MSGS);
+	assert_int_equal(atomic_load(&scnt.bad), 0);
+	assert_int_equal(vb_sub_destroy(ssub), 0);
+	assert_int_equal(vb_node_destroy(side), 0);
 	if (i % 2 == 0)
 		assert_int_equal(vb_sub_destroy(sub), 0);
 	assert_int_equal(vb_node_destroy(vnode), 0);
