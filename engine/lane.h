@@ -25,9 +25,8 @@
 /* the GRH in front of every UD receive buffer */
 #define VBI_UD_GRH VBI_WIRE_UD_GRH
 /* Room in the callback queue for the deliveries of @len bytes of frames
- * (upcall cb_reserve, before a receive buffer is dispatched): at most 2
- * entries per 4 bytes of frames (a record and a gap), per node the buffer
- * reaches. */
+ * (upcall cb_reserve, before a received SEND is dispatched): at most 2
+ * entries per 4 bytes of frames (a record and a gap). */
 #define VBI_CB_FOR_BYTES(len) ((size_t)(len) / 2 + 2)
 
 /* lane.c */

@@ -416,17 +416,21 @@ rebuild: {
  * port/device failures). */
 void vbi_peer_handle_failures(struct vb_ctx *ctx)
 {
-	bool any = false;
+	bool any = false, dev_failed[2] = { false, false };
 
 	/* a plain load first: the exchange is a locked write on every poll */
 	if (!atomic_load_explicit(&ctx->fail_pending, memory_order_relaxed) ||
 	    !atomic_exchange(&ctx->fail_pending, false))
 		return;
-	pthread_mutex_lock(&ctx->lock);
-	/* no node->lock: peers (and the subscribers a switch acknowledges
-	 * again) are freed after a grace period */
+	/* taken before the walk: a device failure reported meanwhile sets its
+	 * flag and fail_pending again, for the next round (cleared after the
+	 * walk, it would be lost) */
+	for (unsigned i = 0; i < ctx->ndev; i++)
+		dev_failed[i] = atomic_exchange(&ctx->dr[i].failed, false);
+	/* no ctx->lock or node->lock: nodes, peers (and the subscribers a
+	 * switch acknowledges again) are freed after a grace period */
 	vbi_rcu_enter();
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next)) {
 		bool urgent = false;
 
 		for (struct vbi_peer *p = vbi_rcu_deref(n->peers); p; p = vbi_rcu_deref(p->next)) {
@@ -436,7 +440,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
 				int act;
 
-				if (atomic_load(&l->dr->failed))
+				if (dev_failed[l->dr == &ctx->dr[1]])
 					vbi_lane_report(l, (struct vbi_err_verdict){ VBI_ACT_FAILOVER,
 						VBI_SCOPE_PORT, "port or device failed" },
 						atomic_load(&l->dr->fatal) ? "device fatal" : "port down");
@@ -466,10 +470,6 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 			vbi_maint_kick_unless_quiet(n);
 	}
 	vbi_rcu_leave();
-	for (unsigned i = 0; i < ctx->ndev; i++)
-		atomic_store(&ctx->dr[i].failed, false);
-	/* reports made meanwhile set fail_pending again */
-	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* The peer sent a LANE frame on @l: it transmits there now; follow. Progress

@@ -79,20 +79,17 @@ static void for_each_peer_after_poll(struct vb_ctx *ctx, bool idle, bool full)
 	bool hellos = full && atomic_load_explicit(&ctx->hellos_deferred, memory_order_relaxed) &&
 		      atomic_exchange(&ctx->hellos_deferred, false);
 
-	pthread_mutex_lock(&ctx->lock);
-	/* No node->lock: the peers and what the round reaches through them
-	 * (subscribers, their streams) are freed after a grace period
-	 * (vbi_node_reap, vb_sub_destroy, vb_node_destroy), and a node leaves
-	 * ctx->nodes under ctx->lock */
+	/* No ctx->lock or node->lock: the nodes, the peers and what the round
+	 * reaches through them (subscribers, their streams) are freed after a
+	 * grace period (vb_node_destroy, vbi_node_reap, vb_sub_destroy) */
 	vbi_rcu_enter();
-	for (struct vb_node *n = ctx->nodes; n; n = n->next)
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next))
 		for (struct vbi_peer *p = vbi_rcu_deref(n->peers); p; p = vbi_rcu_deref(p->next)) {
 			if (hellos)
 				send_deferred_hello(p);
 			vbi_peer_after_poll(p, idle, full);
 		}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* A failed completion on lane @l: classify, count, and report a disruptive

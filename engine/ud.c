@@ -205,25 +205,10 @@ void vbi_ud_recv(struct vb_ctx *ctx, struct vbi_slot *slot, uint32_t byte_len)
 		vbi_event(ctx, VB_EV_PROTOCOL, "(datagram)", "empty datagram dropped");
 	}
 
-	pthread_mutex_lock(&ctx->lock);
-	{
-		/* room for every delivery, to each node (see vbi_lane_rc_recv);
-		 * with no memory the datagram is dropped: a FANOUT loss, which
-		 * the subscribers' next datagram reports as a gap */
-		size_t nodes = 0;
-
-		for (struct vb_node *n = ctx->nodes; n; n = n->next)
-			nodes++;
-		if (len && ctx->up->cb_reserve(ctx, VBI_CB_FOR_BYTES(len) * (nodes ? nodes : 1))) {
-			pthread_mutex_unlock(&ctx->lock);
-			vbi_error("a datagram of %u bytes dropped: %s", len, vbi_errmsg());
-			vbi_ud_repost(ctx, slot);
-			return;
-		}
-	}
-	/* the frames, to the FANOUT subscribers (the protocol's) */
+	/* the frames, to the FANOUT subscribers of every node (the
+	 * protocol's: no lock, an RCU read-side section; it reserves room in
+	 * the callback queue for each delivery before it makes it) */
 	ctx->up->datagram(ctx, buf, len);
-	pthread_mutex_unlock(&ctx->lock);
 	ctx->up->cb_flush(ctx); /* the callbacks read the slot: before it is posted again */
 	vbi_ud_repost(ctx, slot);
 }

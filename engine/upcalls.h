@@ -25,10 +25,10 @@
 struct vbi_upcalls {
 	/* ---- the callback queue (proto/cbq.c) ---- */
 	/* Room for @more queued callbacks, made before a receive buffer is
-	 * dispatched so that queuing its deliveries cannot fail under the
-	 * locks (VBI_CB_FOR_BYTES). Progress context; no lock held (lanes),
-	 * ctx->lock held (UD datagrams). 0 or -ENOMEM (the buffer is then not
-	 * dispatched). vbi_cb_reserve. */
+	 * dispatched so that queuing its deliveries cannot fail in the
+	 * dispatch (VBI_CB_FOR_BYTES; a datagram's walk reserves before each
+	 * delivery). Progress context, no lock held. 0 or -ENOMEM (the buffer
+	 * is then not dispatched). vbi_cb_reserve. */
 	int (*cb_reserve)(struct vb_ctx *ctx, size_t more);
 	/* Run the queued callbacks and events. Progress context, no lock
 	 * held. vbi_cb_flush. */
@@ -43,9 +43,9 @@ struct vbi_upcalls {
 				uint32_t len);
 	/* The frames of one datagram received on the UD endpoint or the
 	 * multicast QP (@len bytes after the GRH, maybe 0): walked and
-	 * delivered to the FANOUT subscribers of every node. Progress context;
-	 * ctx->lock held (no node->lock: it reads the subscribers in an RCU
-	 * read-side section); the callback room was reserved.
+	 * delivered to the FANOUT subscribers of every node. Progress context,
+	 * no lock held (it reads the nodes and subscribers in an RCU read-side
+	 * section, and reserves callback room before each delivery).
 	 * vbi_sub_datagram (proto/sub.c). */
 	void (*datagram)(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len);
 

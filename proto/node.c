@@ -375,7 +375,7 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 		goto err;
 	pthread_mutex_lock(&ctx->lock);
 	node->next = ctx->nodes;
-	ctx->nodes = node;
+	vbi_rcu_assign(ctx->nodes, node); /* the progress rounds read with no lock */
 	pthread_mutex_unlock(&ctx->lock);
 	*out = node;
 	return 0;
@@ -782,10 +782,13 @@ int vbi_node_destroy(struct vb_node *node)
 	pthread_mutex_lock(&ctx->lock);
 	for (struct vb_node **pp = &ctx->nodes; *pp; pp = &(*pp)->next)
 		if (*pp == node) {
-			*pp = node->next;
+			vbi_rcu_assign(*pp, node->next); /* a round standing on it goes on */
 			break;
 		}
 	pthread_mutex_unlock(&ctx->lock);
+	/* the progress thread's rounds and the FANOUT delivery, which walk
+	 * ctx->nodes with no lock, are past it */
+	vbi_rcu_synchronize();
 	while (node->switches) { /* their peers went with the others */
 		struct vbi_switch *w = node->switches;
 

@@ -262,9 +262,10 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 		return; /* corked behind the datagram in flight */
 	atomic_store(&ctx->fanout_pending, false);
 	atomic_store(&ctx->fanout_sealed, false);
-	pthread_mutex_lock(&ctx->lock);
-	vbi_rcu_enter(); /* no node->lock: publishers go after a grace period */
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+	/* no ctx->lock or node->lock: nodes and publishers go after a grace
+	 * period */
+	vbi_rcu_enter();
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next)) {
 		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			unsigned left = LEFT_SEALED;
 
@@ -278,7 +279,6 @@ void vbi_pub_fanout_flush(struct vb_ctx *ctx, bool idle)
 		}
 	}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&ctx->lock);
 }
 
 /* How long vbi_pub_fanout_close waits for room in the datagram queue. */
@@ -506,9 +506,10 @@ static uint64_t hb_interval_ms(unsigned sent)
  */
 void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 {
-	pthread_mutex_lock(&ctx->lock);
-	vbi_rcu_enter(); /* no node->lock: publishers go after a grace period */
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+	/* no ctx->lock or node->lock: nodes and publishers go after a grace
+	 * period */
+	vbi_rcu_enter();
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next)) {
 		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			uint8_t hb[VBI_WIRE_HDR_LEN];
 			const struct vbt_mcast *grp;
@@ -578,5 +579,4 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 		}
 	}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&ctx->lock);
 }

@@ -504,12 +504,11 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 	if (now - ctx->slow_check_ns < VBI_SLOW_CHECK_NS)
 		return;
 	ctx->slow_check_ns = now;
-	pthread_mutex_lock(&ctx->lock);
-	/* no node->lock: publishers, their attachments and the peers these
-	 * point to are freed after a grace period (vb_pub_destroy,
-	 * vbi_node_reap) */
+	/* no ctx->lock or node->lock: nodes, publishers, their attachments and
+	 * the peers these point to are freed after a grace period
+	 * (vb_node_destroy, vb_pub_destroy, vbi_node_reap) */
 	vbi_rcu_enter();
-	for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next)) {
 		for (struct vb_pub *pub = vbi_rcu_deref(n->pubs); pub; pub = vbi_rcu_deref(pub->next)) {
 			unsigned owed;
 
@@ -525,5 +524,4 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 		}
 	}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&ctx->lock);
 }

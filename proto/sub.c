@@ -383,9 +383,11 @@ void vbi_sub_data(struct vb_sub *sub, struct vbi_peer *peer, const struct vbi_wi
 
 /* The frames of one datagram (the UD endpoint's or the multicast QP's,
  * @len bytes after the GRH): DATA and HEARTBEAT frames go to each node's
- * FANOUT subscriber of their topic. Progress context, ctx->lock held (no
- * node->lock: an RCU read-side section); room for the callbacks was
- * reserved (vbi_ud_recv). Upcall datagram. */
+ * FANOUT subscriber of their topic. Progress context, no lock (an RCU
+ * read-side section). Room in the callback queue is reserved before each
+ * delivery (a message and a gap): with no memory that subscriber misses
+ * the frame, a FANOUT loss its next one reports as a gap. Upcall
+ * datagram. */
 void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 {
 	const uint8_t *pl;
@@ -394,10 +396,11 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 	int r;
 
 	vbi_wire_walk_init(&w, buf, len, (uint32_t)ctx->attr.max_msg);
-	/* No node->lock: subscribers are freed after a grace period
-	 * (vb_sub_destroy), and a FANOUT subscriber's streams have this
-	 * thread as their only writer until then (the reaper drops ORDERED
-	 * streams only: vbi_sub_drop_peer). One section for the datagram. */
+	/* No ctx->lock or node->lock: nodes and subscribers are freed after a
+	 * grace period (vb_node_destroy, vb_sub_destroy), and a FANOUT
+	 * subscriber's streams have this thread as their only writer until
+	 * then (the reaper drops ORDERED streams only: vbi_sub_drop_peer).
+	 * One section for the datagram. */
 	vbi_rcu_enter();
 	while ((r = vbi_wire_walk_next(&w, &h, &pl)) != 0) {
 		if (r < 0) {
@@ -407,10 +410,17 @@ void vbi_sub_datagram(struct vb_ctx *ctx, const uint8_t *buf, uint32_t len)
 			break;
 		}
 		if (h.type == VBI_WT_DATA || h.type == VBI_WT_HEARTBEAT) {
-			for (struct vb_node *n = ctx->nodes; n; n = n->next) {
+			for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n;
+			     n = vbi_rcu_deref(n->next)) {
 				struct vb_sub *s = vbi_sub_find(n, h.topic);
 
-				if (s && s->cls == VB_FANOUT)
+				if (!s || s->cls != VB_FANOUT)
+					continue;
+				if (vbi_cb_reserve(ctx, 2))
+					vbi_error("'%s': FANOUT seq %llu not delivered: %s",
+						  s->topic, (unsigned long long)h.seq,
+						  vbi_errmsg());
+				else
 					vbi_sub_data(s, NULL, &h, pl);
 			}
 		}
