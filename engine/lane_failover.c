@@ -279,7 +279,8 @@ struct vbi_lane *vbi_peer_activate(struct vbi_peer *p, struct vbi_lane *s, bool 
 	/* What we received from it is acknowledged again at once (our ACKs
 	 * in flight on the old lane are lost), so its retransmission skips
 	 * it. Telling it from the progress context (which owns the receive
-	 * streams; its callers hold node->lock): those ACKs go first in the
+	 * streams; its callers hold node->lock or, the failure round, an RCU
+	 * read-side section): those ACKs go first in the
 	 * LANE frame's SEND, so it rewinds to what we have before it resends
 	 * (vbi_peer_send_switch). Otherwise the progress thread does it on
 	 * its next pass, after the LANE frame, on the same lane: what it
@@ -473,7 +474,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 }
 
 /* The peer sent a LANE frame on @l: it transmits there now; follow. Progress
- * context, node->lock held for reading. */
+ * context, node->lock held for reading (the dispatch's frame_lock). */
 void vbi_lane_on_switch(struct vbi_lane *l)
 {
 	struct vbi_peer *p = l->peer;

@@ -51,8 +51,8 @@ struct vbi_upcalls {
 
 	/* ---- peers ---- */
 	/* Give @p up (no lane can be had; @why: static or copied). Progress
-	 * context (the dispatch: node->lock held for reading; the failure
-	 * round: ctx->lock held, an RCU read-side section) or the
+	 * context (the dispatch of a BYE or a refusal: node->lock held for
+	 * reading; the failure round: an RCU read-side section) or the
 	 * maintenance thread (no lock held). vbi_peer_failed (proto/node.c). */
 	void (*peer_failed)(struct vbi_peer *p, const char *why);
 	/* Unreliable (UC/UD) active lane: retransmit to @p what had no ACK
@@ -65,24 +65,24 @@ struct vbi_upcalls {
 	uint64_t (*peer_rewind)(struct vbi_peer *p);
 	/* @p's UD endpoint, its address handle rebuilt on our UD device
 	 * (the endpoint moved off a removed device). Progress context,
-	 * ctx->lock and node->lock (reading) held. vbi_peer_set_ud
+	 * ctx->lock and node->lock (reading) held (vbi_ud_move). vbi_peer_set_ud
 	 * (proto/lane_hello.c). */
 	void (*peer_set_ud)(struct vbi_peer *p, uint32_t qpn, uint32_t qkey, const uint8_t *gid);
 
 	/* ---- HELLO (proto/lane_hello.c) ---- */
 	/* Send our HELLO on @l (once; a deferred one when its connection is
 	 * ready). The maintenance thread after a connect (no lock held), or
-	 * the progress context's per-peer round (ctx->lock held, inside an RCU
-	 * read-side section). vbi_lane_send_hello. */
+	 * the progress context's per-peer round (inside an RCU read-side
+	 * section, no lock held). vbi_lane_send_hello. */
 	void (*lane_send_hello)(struct vbi_lane *l);
 	/* A UDADDR frame (our UD endpoint's address) into @buf (room for
 	 * VBI_WIRE_HDR_LEN + VBI_UDADDR_LEN bytes); returns its length. Any
 	 * thread (called with p->txlock held). vbi_udaddr_frame. */
 	uint32_t (*udaddr_frame)(struct vb_ctx *ctx, uint8_t *buf);
 
-	/* ---- the per-peer round of the progress loop (ctx->lock held, no
-	 * node->lock: an RCU read-side section; peers, subscribers and
-	 * streams are freed after a grace period) ---- */
+	/* ---- the per-peer round of the progress loop (no ctx->lock or
+	 * node->lock: an RCU read-side section; nodes, peers, subscribers
+	 * and streams are freed after a grace period) ---- */
 	/* Send our SUB frames to @p (@only NULL: every subscription): 0 when
 	 * sent, else the round tries again. No txlock held.
 	 * vbi_peer_send_subs (proto/peer_frames.c). */
