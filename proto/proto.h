@@ -285,11 +285,11 @@ int vbi_cb_queue_msg(struct vb_sub *sub, struct vbi_rxs *r, const vb_msg_t *m, v
 int vbi_cb_queue_gap(struct vb_sub *sub, uint32_t session, uint64_t lost, uint64_t next);
 int vbi_cb_queue_ack(struct vb_pub *pub, uint64_t acked);
 int vbi_cb_queue_end(struct vb_sub *sub, uint32_t session, uint32_t reason, uint64_t last);
-/* Room for @more entries, made before a receive buffer is dispatched so
- * that queuing its deliveries cannot fail under the locks (progress
+/* Room for @more entries, made before a received SEND is dispatched so
+ * that queuing its deliveries cannot fail in the dispatch (progress
  * thread). 0 or -ENOMEM. At most 2 entries per 4 bytes of frames (a
- * record and a gap), per node the buffer reaches: VBI_CB_FOR_BYTES
- * (engine/lane.h). Upcall cb_reserve. */
+ * record and a gap): VBI_CB_FOR_BYTES (engine/lane.h); a datagram's walk
+ * reserves 2 before each delivery (vbi_sub_datagram). Upcall cb_reserve. */
 int vbi_cb_reserve(struct vb_ctx *ctx, size_t more);
 /* Run what is queued, and the events: the progress thread, no lock held. */
 void vbi_cb_flush(struct vb_ctx *ctx);
