@@ -537,7 +537,10 @@ struct vb_ctx {
 	struct vbi_llist evq;
 	atomic_uint evq_n;
 
-	pthread_mutex_t lock;      /* node list */
+	pthread_mutex_t lock;      /* node list: its writers, ctx_stats, the counters file */
+	/* linked with vbi_rcu_assign: the progress thread's rounds and the
+	 * FANOUT delivery read it with no lock, in an RCU read-side section
+	 * (vb_node_destroy waits a grace period before it frees a node) */
 	struct vb_node *nodes;
 	atomic_uint npeers;        /* vbi_ctx_take_peer / _put_peer (no lock: it is
 				    * taken under node->lock, which ctx->lock precedes) */

@@ -4,8 +4,8 @@
  *
  * Deliveries (on_msg, on_gap, on_end) and k-of-n acknowledgements (on_ack) are
  * found by the progress thread while it dispatches a received SEND or
- * datagram in an RCU read-side section (for datagrams under the context's
- * lock; a control frame may hold the node's). They are queued in ctx->cbq
+ * datagram in an RCU read-side section (a control frame of a SEND may
+ * hold the node's lock meanwhile). They are queued in ctx->cbq
  * instead of called there, and run by vbi_cb_flush(), which the receive
  * handlers call after that section and before the receive buffer is
  * posted again: a queued message
