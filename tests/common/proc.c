@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "tests/common/proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -86,4 +87,49 @@ const char *vbt_test_ip(void)
 	const char *ip = getenv("VERBUS_TEST_IP");
 
 	return ip && *ip ? ip : "10.77.0.1";
+}
+
+/* Entries of directory @path other than "." and "..", skipping those whose
+ * @comm_skip file holds that name (NULL: none skipped); -1 if unreadable. */
+static int count_entries(const char *path, const char *comm_skip)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char f[320], comm[32] = "";
+		FILE *cf;
+
+		if (e->d_name[0] == '.')
+			continue;
+		if (comm_skip) {
+			snprintf(f, sizeof(f), "%s/%s/comm", path, e->d_name);
+			if ((cf = fopen(f, "r"))) {
+				if (!fgets(comm, sizeof(comm), cf))
+					comm[0] = 0;
+				fclose(cf);
+			}
+			comm[strcspn(comm, "\n")] = 0;
+			if (!strcmp(comm, comm_skip))
+				continue;
+		}
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+int vbt_open_fds(void)
+{
+	int n = count_entries("/proc/self/fd", NULL);
+
+	return n > 0 ? n - 1 : n; /* not the one opendir holds */
+}
+
+int vbt_threads(void)
+{
+	return count_entries("/proc/self/task", "vb-log");
 }

@@ -30,4 +30,11 @@ uint64_t vbt_now_ms(void);
  * rxe0 in the Soft-RoCE VM). */
 const char *vbt_test_ip(void);
 
+/* This process's open file descriptors, and its threads other than the
+ * library's log thread (vb-log: started by the first line a progress round
+ * logs, whenever that is): what a long-running process must not gain per
+ * connection that came and went. -1 when /proc cannot be read. */
+int vbt_open_fds(void);
+int vbt_threads(void);
+
 #endif

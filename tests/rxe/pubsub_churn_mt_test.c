@@ -29,7 +29,10 @@
  * and removes it again while the feed runs: the progress thread's rounds
  * and the FANOUT delivery walk the context's nodes. Side subscribes to the
  * cycle's FANOUT topic; the visitor's datagrams reach hub's context, which
- * delivers them to both nodes' subscribers.
+ * delivers them to both nodes' subscribers. And once the last visitor is
+ * reaped, the process holds the file descriptors and threads it held after
+ * the second cycle, and hub no more lanes: a long-running node gains
+ * nothing per connection that came and went.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -288,6 +291,56 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf
 	assert_int_equal(atomic_load(&cnt_own.got), VISIT_MSGS);
 }
 
+/* What this process holds (hub's context counts its lanes): sampled after
+ * the first two cycles (the contexts open some resources on first use: a
+ * FANOUT subscriber's multicast channel) and again once the last visitor
+ * was reaped. */
+struct held {
+	int fds, threads;
+	uint64_t live_lanes;
+};
+
+static struct held held_now(vb_ctx_t *ctx_hub)
+{
+	struct held h = { vbt_open_fds(), vbt_threads(), 0 };
+	vb_stats_t st;
+
+	assert_int_equal(vb_ctx_stats(ctx_hub, &st), 0);
+	h.live_lanes = st.lanes_created - st.lanes_retired; /* made, not yet freed */
+	return h;
+}
+
+/* held_now() once it is back to @before, or after WAIT_MS (a lane of the
+ * last visitor may still drain, a thread still end). */
+static struct held held_settled(vb_ctx_t *ctx_hub, const struct held *before)
+{
+	uint64_t t0 = vbt_now_ms();
+	struct held h;
+
+	for (;;) {
+		h = held_now(ctx_hub);
+		if ((h.fds == before->fds && h.threads == before->threads &&
+		     h.live_lanes <= before->live_lanes + 1) || vbt_now_ms() - t0 > WAIT_MS)
+			return h;
+		usleep(10000);
+	}
+}
+
+/* A long-running node gains nothing per connection that came and went: the
+ * same descriptors and threads (the visitors' contexts were in this
+ * process too), and no more of hub's lanes than after cycle 1 (which may
+ * still count that cycle's visitor's; one being replaced may count twice). */
+static void check_held(const struct held *before, const struct held *after, unsigned cycles)
+{
+	printf("churn: held after cycle 1 / after %u cycles: fds %d / %d, threads %d / %d, "
+	       "hub's live lanes %" PRIu64 " / %" PRIu64 "\n", cycles, before->fds, after->fds,
+	       before->threads, after->threads, before->live_lanes, after->live_lanes);
+	assert_true(before->fds > 0 && before->threads > 0);
+	assert_int_equal(after->fds, before->fds);
+	assert_int_equal(after->threads, before->threads);
+	assert_true(after->live_lanes <= before->live_lanes + 1);
+}
+
 static void test_churn(void **state)
 {
 	struct vbt_count fcnt = { 0 };
@@ -299,6 +352,7 @@ static void test_churn(void **state)
 	vb_sub_attr_t sa, asa;
 	vb_pub_attr_t pa;
 	vb_sub_t *fsub, *asub;
+	struct held before = { 0 }, after;
 	pthread_t th;
 	unsigned cycles = (unsigned)vbt_scaled(48);
 	uint64_t t0;
@@ -334,11 +388,15 @@ static void test_churn(void **state)
 	t0 = vbt_now_ms();
 	for (unsigned i = 0; i < cycles; i++) {
 		cycle(ch, hub, i, &lf);
+		if (i == 1)
+			before = held_now(ch);
 		printf("churn: cycle %u done after %" PRIu64 " ms, feed at %" PRIu64 "\n", i,
 		       vbt_now_ms() - t0, (uint64_t)atomic_load(&fcnt.got));
 		fflush(stdout);
 	}
 	left_drop(ch, &lf, cycles);
+	after = held_settled(ch, &before);
+	check_held(&before, &after, cycles);
 	atomic_store(&f.stop, true);
 	pthread_join(th, NULL);
 	printf("churn: churn.all got %" PRIu64 " of %u, %" PRIu64 " out of order\n",
