@@ -36,6 +36,8 @@ struct shm {
 	uint64_t first_ns[VBT_FO_MAX_FAULTS];
 	uint64_t cold_ns;
 	vb_stats_t sub_stats;
+	int held_fds[2], held_thr[2]; /* check_held: before fault 1, the last */
+	uint64_t held_lanes[2];
 	char why[256];
 };
 
@@ -231,6 +233,17 @@ static bool fault_retryable(int rc)
 	return rc == -EAGAIN || rc == -ENOTCONN || rc == -ENOENT || rc == -EBUSY;
 }
 
+/* What the faulting side's process holds now, into slot @i (check_held). */
+static void held_sample(vb_ctx_t *ctx, unsigned i)
+{
+	vb_stats_t st;
+
+	vb_ctx_stats(ctx, &st);
+	ST(&sh->held_fds[i], vbt_open_fds());
+	ST(&sh->held_thr[i], vbt_threads());
+	ST(&sh->held_lanes[i], st.lanes_created - st.lanes_retired);
+}
+
 /* Cause the faults whose thresholds @count has reached. Only a fault whose
  * hook succeeded counts as caused; either way it is done (the holds
  * release) and its result is kept for the audit. */
@@ -243,6 +256,8 @@ static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 	if (k >= cfg->nfaults || count < fault_threshold(k))
 		return;
 	wait_standby(ctx, k);
+	if (cfg->check_held && (k == 1 || k + 1 == cfg->nfaults))
+		held_sample(ctx, k == 1 ? 0 : 1);
 	cur_fault = k;
 	for (t0 = vbt_now_ms();; usleep(10000)) {
 		ST(&sh->fault_ns[k], mono_ns());
@@ -610,6 +625,14 @@ static void audit(const struct vbt_fo_cfg *c, struct vbt_fo_result *res, int rc,
 	if (c->cls != VB_ORDERED && res->delivered + res->lost != res->published)
 		clause(res, "delivered + lost: %" PRIu64 " + %" PRIu64 " != published %" PRIu64,
 		       res->delivered, res->lost, res->published);
+	if (c->check_held &&
+	    (res->held_fds[0] <= 0 || res->held_fds[1] != res->held_fds[0] ||
+	     res->held_threads[0] <= 0 || res->held_threads[1] != res->held_threads[0] ||
+	     res->held_lanes[1] > res->held_lanes[0] + 2))
+		clause(res, "held by the faulting side before fault 1 / fault %u: descriptors %d / "
+		       "%d, threads %d / %d, live lanes %" PRIu64 " / %" PRIu64, c->nfaults - 1,
+		       res->held_fds[0], res->held_fds[1], res->held_threads[0],
+		       res->held_threads[1], res->held_lanes[0], res->held_lanes[1]);
 	res->ok = strlen(res->why) == before && !rc && !st;
 }
 
@@ -627,7 +650,7 @@ int vbt_failover_run(const struct vbt_fo_cfg *c, struct vbt_fo_result *res)
 
 	memset(res, 0, sizeof(*res));
 	if (!c->topics || c->topics > VBT_FO_MAX_TOPICS || c->nfaults > VBT_FO_MAX_FAULTS ||
-	    c->msgs < 2 || (!c->fault && !c->fault_ctx))
+	    c->msgs < 2 || (!c->fault && !c->fault_ctx) || (c->check_held && c->nfaults < 3))
 		return -EINVAL;
 	cfg = c;
 	for (unsigned k = 0; k < c->nfaults; k++) /* each threshold reachable, in order */
@@ -739,6 +762,11 @@ out:
 		if (LD(&sh->first_ns[k]))
 			res->first_ns[res->measured++] = LD(&sh->first_ns[k]);
 	res->cold_connect_ns = LD(&sh->cold_ns);
+	for (unsigned i = 0; i < 2; i++) {
+		res->held_fds[i] = LD(&sh->held_fds[i]);
+		res->held_threads[i] = LD(&sh->held_thr[i]);
+		res->held_lanes[i] = LD(&sh->held_lanes[i]);
+	}
 	res->sub_stats = sh->sub_stats;
 	if (ctx)
 		vb_ctx_stats(ctx, &res->pub_stats);

@@ -81,6 +81,12 @@ struct vbt_fo_cfg {
 	 * full effect. The publishers hold the last tenth of the stream until
 	 * then (bounded by @timeout_s), so the stream cannot drain before. */
 	bool (*settled)(void *arg);
+	/* The faulting side's process holds, just before its last fault, the
+	 * file descriptors and threads it held just before its second (each
+	 * after its standby is warm), and at most two more live lanes (made,
+	 * not yet freed: one retired may still drain): a node that fails over
+	 * for weeks gains nothing per failover. Needs @nfaults >= 3. */
+	bool check_held;
 };
 
 struct vbt_fo_result {
@@ -91,6 +97,9 @@ struct vbt_fo_result {
 	uint64_t first_ns[VBT_FO_MAX_FAULTS]; /* fault -> first delivery after it */
 	uint64_t cold_connect_ns;  /* one vb_node_connect handshake, same run */
 	vb_stats_t pub_stats, sub_stats;
+	/* @check_held: the faulting side before fault 1 [0] and the last [1] */
+	int held_fds[2], held_threads[2];
+	uint64_t held_lanes[2];
 	bool ok;                   /* audit passed */
 	char why[512];             /* else: every failed clause, by name */
 };

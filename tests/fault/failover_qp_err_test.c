@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The subscriber's active QP is moved to ERR from the test's own thread
- * (outside the library's threads), three times during an ORDERED stream:
+ * (outside the library's threads), eight times during an ORDERED stream:
  * each time the library sees the flushes, switches to the pre-warmed
  * standby (on rxe1), the publisher follows and retransmits what was not
  * acknowledged. The receiver's sequence log: nothing lost, duplicated or
@@ -9,8 +9,11 @@
  * ride ahead of its LANE frame, so the publisher rewinds to what was
  * delivered. Three failures within the path policy's window (1 s)
  * would make it degrade to UC instead (failover_degrade_test's subject):
- * on a fast host the three faults can come that close, so the policy's
- * threshold is raised here.
+ * on a fast host the faults can come that close, so the policy's
+ * threshold is raised here. And the subscriber's process holds as many
+ * file descriptors and threads before its last fault as before its second,
+ * and its lanes do not pile up (check_held): a node that fails over for
+ * weeks gains nothing per failover.
  *
  * test_quiet_after_switch: after a switch the conductors leave the work
  * that can wait (retiring the failed connection, warming the next
@@ -74,10 +77,15 @@ static void test_qp_err(void **state)
 	vbt_require_device();
 	setenv("VERBUS_DEGRADE_FAILURES", "64", 1);
 	fo_defaults(&c, "qp-err");
-	c.nfaults = 3;
+	c.nfaults = 8;
 	c.side = VBT_FO_SUB;
 	c.fault = vbt_fo_fault_qp_err;
+	c.check_held = true;
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
+	printf("qp-err: the subscriber before fault 1 / fault %u: descriptors %d / %d, threads "
+	       "%d / %d, live lanes %" PRIu64 " / %" PRIu64 "\n", c.nfaults - 1, r.held_fds[0],
+	       r.held_fds[1], r.held_threads[0], r.held_threads[1], r.held_lanes[0],
+	       r.held_lanes[1]);
 	fo_check(&c, &r);
 	assert_true(r.sub_stats.failovers >= c.nfaults);
 	/* The subscriber's ACKs go in its LANE frame's SEND, ahead of it: the
