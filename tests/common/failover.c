@@ -233,15 +233,29 @@ static bool fault_retryable(int rc)
 	return rc == -EAGAIN || rc == -ENOTCONN || rc == -ENOENT || rc == -EBUSY;
 }
 
-/* What the faulting side's process holds now, into slot @i (check_held). */
+/* What the faulting side's process holds now, into slot @i (check_held):
+ * read until two reads 10 ms apart agree (a thread being started, say the
+ * log thread before it has its name, is not counted), at most ten times. */
 static void held_sample(vb_ctx_t *ctx, unsigned i)
 {
-	vb_stats_t st;
+	int fds = -1, thr = -1;
+	uint64_t lanes = 0;
 
-	vb_ctx_stats(ctx, &st);
-	ST(&sh->held_fds[i], vbt_open_fds());
-	ST(&sh->held_thr[i], vbt_threads());
-	ST(&sh->held_lanes[i], st.lanes_created - st.lanes_retired);
+	for (int n = 0; n < 10; n++) {
+		int f = vbt_open_fds(), t = vbt_threads();
+		vb_stats_t st;
+
+		vb_ctx_stats(ctx, &st);
+		if (f == fds && t == thr && st.lanes_created - st.lanes_retired == lanes)
+			break;
+		fds = f;
+		thr = t;
+		lanes = st.lanes_created - st.lanes_retired;
+		usleep(10000);
+	}
+	ST(&sh->held_fds[i], fds);
+	ST(&sh->held_thr[i], thr);
+	ST(&sh->held_lanes[i], lanes);
 }
 
 /* Cause the faults whose thresholds @count has reached. Only a fault whose
