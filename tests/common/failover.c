@@ -36,8 +36,7 @@ struct shm {
 	uint64_t first_ns[VBT_FO_MAX_FAULTS];
 	uint64_t cold_ns;
 	vb_stats_t sub_stats;
-	int held_fds[2], held_thr[2]; /* check_held: before fault 1, the last */
-	uint64_t held_lanes[2];
+	struct vbt_held held[2]; /* check_held: before fault 1, the last */
 	char why[256];
 };
 
@@ -233,31 +232,6 @@ static bool fault_retryable(int rc)
 	return rc == -EAGAIN || rc == -ENOTCONN || rc == -ENOENT || rc == -EBUSY;
 }
 
-/* What the faulting side's process holds now, into slot @i (check_held):
- * read until two reads 10 ms apart agree (a thread being started, say the
- * log thread before it has its name, is not counted), at most ten times. */
-static void held_sample(vb_ctx_t *ctx, unsigned i)
-{
-	int fds = -1, thr = -1;
-	uint64_t lanes = 0;
-
-	for (int n = 0; n < 10; n++) {
-		int f = vbt_open_fds(), t = vbt_threads();
-		vb_stats_t st;
-
-		vb_ctx_stats(ctx, &st);
-		if (f == fds && t == thr && st.lanes_created - st.lanes_retired == lanes)
-			break;
-		fds = f;
-		thr = t;
-		lanes = st.lanes_created - st.lanes_retired;
-		usleep(10000);
-	}
-	ST(&sh->held_fds[i], fds);
-	ST(&sh->held_thr[i], thr);
-	ST(&sh->held_lanes[i], lanes);
-}
-
 /* Cause the faults whose thresholds @count has reached. Only a fault whose
  * hook succeeded counts as caused; either way it is done (the holds
  * release) and its result is kept for the audit. */
@@ -270,8 +244,10 @@ static void maybe_fault(vb_ctx_t *ctx, vb_node_t *node, uint64_t count)
 	if (k >= cfg->nfaults || count < fault_threshold(k))
 		return;
 	wait_standby(ctx, k);
+	/* what this process holds (check_held), published by the release of
+	 * sh->faults below; the parent reads it after the run */
 	if (cfg->check_held && (k == 1 || k + 1 == cfg->nfaults))
-		held_sample(ctx, k == 1 ? 0 : 1);
+		(void)vbt_held_stable(ctx, &sh->held[k == 1 ? 0 : 1]);
 	cur_fault = k;
 	for (t0 = vbt_now_ms();; usleep(10000)) {
 		ST(&sh->fault_ns[k], mono_ns());
@@ -640,13 +616,13 @@ static void audit(const struct vbt_fo_cfg *c, struct vbt_fo_result *res, int rc,
 		clause(res, "delivered + lost: %" PRIu64 " + %" PRIu64 " != published %" PRIu64,
 		       res->delivered, res->lost, res->published);
 	if (c->check_held &&
-	    (res->held_fds[0] <= 0 || res->held_fds[1] != res->held_fds[0] ||
-	     res->held_threads[0] <= 0 || res->held_threads[1] != res->held_threads[0] ||
-	     res->held_lanes[1] > res->held_lanes[0] + 2))
+	    (res->held[0].fds <= 0 || res->held[1].fds != res->held[0].fds ||
+	     res->held[0].threads <= 0 || res->held[1].threads != res->held[0].threads ||
+	     res->held[1].live_lanes > res->held[0].live_lanes + 2))
 		clause(res, "held by the faulting side before fault 1 / fault %u: descriptors %d / "
 		       "%d, threads %d / %d, live lanes %" PRIu64 " / %" PRIu64, c->nfaults - 1,
-		       res->held_fds[0], res->held_fds[1], res->held_threads[0],
-		       res->held_threads[1], res->held_lanes[0], res->held_lanes[1]);
+		       res->held[0].fds, res->held[1].fds, res->held[0].threads,
+		       res->held[1].threads, res->held[0].live_lanes, res->held[1].live_lanes);
 	res->ok = strlen(res->why) == before && !rc && !st;
 }
 
@@ -776,11 +752,7 @@ out:
 		if (LD(&sh->first_ns[k]))
 			res->first_ns[res->measured++] = LD(&sh->first_ns[k]);
 	res->cold_connect_ns = LD(&sh->cold_ns);
-	for (unsigned i = 0; i < 2; i++) {
-		res->held_fds[i] = LD(&sh->held_fds[i]);
-		res->held_threads[i] = LD(&sh->held_thr[i]);
-		res->held_lanes[i] = LD(&sh->held_lanes[i]);
-	}
+	memcpy(res->held, sh->held, sizeof(res->held));
 	res->sub_stats = sh->sub_stats;
 	if (ctx)
 		vb_ctx_stats(ctx, &res->pub_stats);

@@ -35,6 +35,8 @@
 
 #include <verbus/verbus.h>
 
+#include "tests/common/held.h"
+
 #define VBT_FO_MAX_FAULTS 64
 #define VBT_FO_MAX_TOPICS 4
 
@@ -98,8 +100,7 @@ struct vbt_fo_result {
 	uint64_t cold_connect_ns;  /* one vb_node_connect handshake, same run */
 	vb_stats_t pub_stats, sub_stats;
 	/* @check_held: the faulting side before fault 1 [0] and the last [1] */
-	int held_fds[2], held_threads[2];
-	uint64_t held_lanes[2];
+	struct vbt_held held[2];
 	bool ok;                   /* audit passed */
 	char why[512];             /* else: every failed clause, by name */
 };

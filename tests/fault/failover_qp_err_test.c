@@ -83,9 +83,9 @@ static void test_qp_err(void **state)
 	c.check_held = true;
 	assert_int_equal(vbt_failover_run(&c, &r), 0);
 	printf("qp-err: the subscriber before fault 1 / fault %u: descriptors %d / %d, threads "
-	       "%d / %d, live lanes %" PRIu64 " / %" PRIu64 "\n", c.nfaults - 1, r.held_fds[0],
-	       r.held_fds[1], r.held_threads[0], r.held_threads[1], r.held_lanes[0],
-	       r.held_lanes[1]);
+	       "%d / %d, live lanes %" PRIu64 " / %" PRIu64 "\n", c.nfaults - 1, r.held[0].fds,
+	       r.held[1].fds, r.held[0].threads, r.held[1].threads, r.held[0].live_lanes,
+	       r.held[1].live_lanes);
 	fo_check(&c, &r);
 	assert_true(r.sub_stats.failovers >= c.nfaults);
 	/* The subscriber's ACKs go in its LANE frame's SEND, ahead of it: the

@@ -50,6 +50,7 @@
 
 #include <verbus/verbus.h>
 
+#include "tests/common/held.h"
 #include "tests/common/msgcheck.h"
 #include "tests/common/proc.h"
 #include "tests/common/pubsub.h"
@@ -291,50 +292,18 @@ static void cycle(vb_ctx_t *ctx_hub, vb_node_t *hub, unsigned i, struct left *lf
 	assert_int_equal(atomic_load(&cnt_own.got), VISIT_MSGS);
 }
 
-/* What this process holds (hub's context counts its lanes): sampled after
- * the first two cycles (the contexts open some resources on first use: a
- * FANOUT subscriber's multicast channel) and again once the last visitor
- * was reaped. */
-struct held {
-	int fds, threads;
-	uint64_t live_lanes;
-};
-
-static struct held held_now(vb_ctx_t *ctx_hub)
-{
-	struct held h = { vbt_open_fds(), vbt_threads(), 0 };
-	vb_stats_t st;
-
-	assert_int_equal(vb_ctx_stats(ctx_hub, &st), 0);
-	h.live_lanes = st.lanes_created - st.lanes_retired; /* made, not yet freed */
-	return h;
-}
-
-/* held_now() twice alike, 10 ms apart (a thread being started, say the
- * log thread before it has its name, is not counted), or the last of ten. */
-static struct held held_stable(vb_ctx_t *ctx_hub)
-{
-	struct held h = held_now(ctx_hub), prev;
-
-	for (int i = 0; i < 10; i++) {
-		usleep(10000);
-		prev = h;
-		h = held_now(ctx_hub);
-		if (!memcmp(&h, &prev, sizeof(h)))
-			break;
-	}
-	return h;
-}
-
-/* held_now() once it is back to @before, or after WAIT_MS (a lane of the
- * last visitor may still drain, a thread still end). */
-static struct held held_settled(vb_ctx_t *ctx_hub, const struct held *before)
+/* What this process holds (tests/common/held.h; hub's context counts its
+ * lanes) once it is back to @before, or after WAIT_MS (a lane of the last
+ * visitor may still drain, a thread still end). @before is sampled after
+ * cycle 1: the contexts open some resources on first use (a FANOUT
+ * subscriber's multicast channel). */
+static struct vbt_held held_settled(vb_ctx_t *ctx_hub, const struct vbt_held *before)
 {
 	uint64_t t0 = vbt_now_ms();
-	struct held h;
+	struct vbt_held h;
 
 	for (;;) {
-		h = held_now(ctx_hub);
+		assert_int_equal(vbt_held_now(ctx_hub, &h), 0);
 		if ((h.fds == before->fds && h.threads == before->threads &&
 		     h.live_lanes <= before->live_lanes + 1) || vbt_now_ms() - t0 > WAIT_MS)
 			return h;
@@ -346,7 +315,8 @@ static struct held held_settled(vb_ctx_t *ctx_hub, const struct held *before)
  * same descriptors and threads (the visitors' contexts were in this
  * process too), and no more of hub's lanes than after cycle 1 (which may
  * still count that cycle's visitor's; one being replaced may count twice). */
-static void check_held(const struct held *before, const struct held *after, unsigned cycles)
+static void check_held(const struct vbt_held *before, const struct vbt_held *after,
+		       unsigned cycles)
 {
 	printf("churn: held after cycle 1 / after %u cycles: fds %d / %d, threads %d / %d, "
 	       "hub's live lanes %" PRIu64 " / %" PRIu64 "\n", cycles, before->fds, after->fds,
@@ -368,7 +338,7 @@ static void test_churn(void **state)
 	vb_sub_attr_t sa, asa;
 	vb_pub_attr_t pa;
 	vb_sub_t *fsub, *asub;
-	struct held before = { 0 }, after;
+	struct vbt_held before = { 0 }, after;
 	pthread_t th;
 	unsigned cycles = (unsigned)vbt_scaled(48);
 	uint64_t t0;
@@ -405,7 +375,7 @@ static void test_churn(void **state)
 	for (unsigned i = 0; i < cycles; i++) {
 		cycle(ch, hub, i, &lf);
 		if (i == 1)
-			before = held_stable(ch);
+			assert_int_equal(vbt_held_stable(ch, &before), 0);
 		printf("churn: cycle %u done after %" PRIu64 " ms, feed at %" PRIu64 "\n", i,
 		       vbt_now_ms() - t0, (uint64_t)atomic_load(&fcnt.got));
 		fflush(stdout);
