@@ -71,15 +71,3 @@ uint64_t vbi_now_ns_slow(void)
 }
 #endif
 
-/* Millisecond timers (heartbeats, keepalives) use the coarse clock: it is
- * read from the vDSO without touching the clock hardware, which matters
- * where that is slow (HPET in a VM: a system call and an emulated MMIO
- * read per call). Resolution is a scheduler tick (4 ms at HZ=250): never
- * for a wait that short (the ACK delay, 2 ms, is timed with vbi_now_ns). */
-uint64_t vbi_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}

@@ -33,8 +33,12 @@ static inline uint64_t vbi_now_ns(void)
 	return vbi_now_ns_slow();
 }
 #endif
-/* The coarse monotonic clock in milliseconds; its resolution is a scheduler
- * tick (4 ms at HZ=250), so only for waits much longer than that. */
-uint64_t vbi_now_ms(void);
+/* Milliseconds of vbi_now_ns()'s clock (inline: the data path reads it
+ * per delivery and per keepalive check). For timers in milliseconds
+ * (heartbeats, keepalives, stream idleness); compare it only with itself. */
+static inline uint64_t vbi_now_ms(void)
+{
+	return vbi_now_ns() / 1000000u;
+}
 
 #endif

@@ -271,7 +271,7 @@ bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ns)
 
 bool vbi_ack_alone(const struct vbi_ack_owed *o, bool idle, uint64_t now_ns)
 {
-	if (o->urgent || o->to_return >= o->nslots / 4 || o->delivered >= 256)
+	if (o->urgent || o->to_return >= o->nslots / 4 || o->delivered >= VBI_ACK_ALONE_AFTER)
 		return true;
 	if (!idle || (!o->streams && o->to_return <= 1))
 		return false;

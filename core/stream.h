@@ -133,6 +133,8 @@ struct vbi_ack_owed {
  * been owed delay_ms (VERBUS_ACK_DELAY_MS, default VBI_ACK_DELAY_MS). */
 #define VBI_ACK_EVERY 16u
 #define VBI_ACK_DELAY_MS 2u
+/* Deliveries left unacknowledged after which an ACK goes alone. */
+#define VBI_ACK_ALONE_AFTER 256u
 
 /*
  * Whether a DATA SEND going to the peer at @now_ns should carry
@@ -151,7 +153,7 @@ bool vbi_ack_rides(const struct vbi_ack_owed *o, uint64_t now_ns);
 /*
  * Whether the per-peer round at @now_ns should send what is owed alone (a
  * standalone ACK): when urgent, a quarter of the slots wait to be returned,
- * or 256 messages went unacknowledged; and, when the poll found nothing
+ * or VBI_ACK_ALONE_AFTER messages went unacknowledged; and, when the poll found nothing
  * (@idle), once an ACK has been owed @o->delay_ms, or credits wait and
  * nothing has arrived for that long. A lone credit is not returned on its
  * own: the SEND carrying it would take one of the peer's slots, which it

@@ -357,6 +357,14 @@ struct vbi_peer {
 	atomic_bool ud_announce;  /* our UD endpoint moved: send it a UDADDR frame */
 	atomic_bool ack_all;      /* a lane switch: acknowledge every stream from
 				   * it again (progress thread, after_poll) */
+	atomic_bool ack_due;      /* hint: a standalone ACK may be due before the
+				   * next timed round (an urgent ACK or a NAK
+				   * owed, or VBI_ACK_ALONE_AFTER deliveries
+				   * unacknowledged). Set (relaxed) under txlock
+				   * with what makes it due, cleared when the
+				   * ACKs are sent; the round for completions
+				   * alone skips the peer while it and the
+				   * other hints are clear (vbi_peer_after_poll) */
 
 	/* receive side: dirty and delivered_since_ack are under txlock,
 	 * because any SEND to this peer may carry the ACKs */

@@ -611,7 +611,9 @@ static void repost_held(struct vbi_peer *p, bool lock)
 /*
  * After each poll: flush queued data first (ACKs ride along in its batches),
  * then a standalone ACK when the protocol says one is due (upcall
- * peer_acks: vbi_peer_acks_due), then the keepalive. Lanes other than the
+ * peer_acks: vbi_peer_acks_due), then the keepalive. A round for
+ * completions alone stops after the flush unless a hint says more is due
+ * (see quiet below). Lanes other than the
  * active one return their credits on their own. Progress context, inside
  * an RCU read-side section, no lock held: @p, the node's subscribers and
  * their streams are freed after a grace period; a stream leaves @p's
@@ -624,7 +626,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 	const struct vbi_upcalls *up = p->node->ctx->up;
 	uint8_t buf[VBI_WIRE_HDR_LEN * 64];
 	struct vbi_lane *l;
-	bool held;
+	bool held, quiet;
 
 	if (p->dead || p->closing || !p->up) {
 		repost_held(p, true); /* a closing peer still receives */
@@ -644,12 +646,28 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 		struct vbi_lane *al;
 
 		vbi_rcu_enter();
-		al = atomic_load(&p->corked) ? vbi_path_lane(&p->path) : NULL;
-		held = al && atomic_load(&al->sr.sig_inflight);
+		al = vbi_path_lane(&p->path);
+		held = al && atomic_load(&p->corked) && atomic_load(&al->sr.sig_inflight);
+		/* A round for completions alone (neither timed nor idle) has
+		 * nothing more to do unless a hint says so: an ACK that must go
+		 * alone (ack_due), a lane switch's ACKs (ack_all), our UD
+		 * endpoint to announce, or a quarter of the active lane's slots
+		 * to return. The rest (keepalives, UC/UD timers, credits of
+		 * other lanes, held slots) is timed, and waits for the next
+		 * full round (AFTER_POLL_NS). In a ping-pong this is every
+		 * round trip's round: it takes no lock. */
+		quiet = !full && !idle &&
+			!atomic_load_explicit(&p->ack_due, memory_order_relaxed) &&
+			!atomic_load_explicit(&p->ack_all, memory_order_relaxed) &&
+			!atomic_load_explicit(&p->ud_announce, memory_order_relaxed) &&
+			(!al || atomic_load_explicit(&al->to_return, memory_order_relaxed) <
+					al->nslots / 4);
 		vbi_rcu_leave();
 	}
 	if (!held && (full || atomic_load(&p->tx_pending)))
 		up->peer_flush(p);
+	if (quiet)
+		return;
 	pthread_mutex_lock(&p->txlock);
 	/* held receive slots: only in the timed rounds (every AFTER_POLL_NS)
 	 * and idle ones; a lane posts them itself once VBI_REPOST_BATCH

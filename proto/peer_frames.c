@@ -500,6 +500,8 @@ void vbi_peer_acks_sent(struct vbi_peer *p, struct vbi_lane *l, struct vbi_rxs *
 		d->acked_sent = d->ack_next - 1;
 		atomic_store_explicit(&d->sub->c->acked, d->acked_sent, memory_order_relaxed);
 	}
+	if (!p->dirty) /* all sent: nothing is due (vbi_peer_after_poll's hint) */
+		atomic_store_explicit(&p->ack_due, false, memory_order_relaxed);
 }
 
 int vbi_peer_send_acks(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uint32_t cap,
@@ -529,4 +531,6 @@ void vbi_peer_acks_due(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf, uin
 	 * received (they ride on what comes back) */
 	if (vbi_ack_alone(&o, idle, idle ? vbi_now_ns() : 0))
 		vbi_peer_send_acks(p, l, buf, cap, NULL);
+	else if (!o.urgent && o.delivered < VBI_ACK_ALONE_AFTER)
+		atomic_store_explicit(&p->ack_due, false, memory_order_relaxed); /* not yet */
 }

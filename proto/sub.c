@@ -207,6 +207,8 @@ static void ack_owed_locked(struct vbi_rxs *r, bool urgent, bool nak)
 		r->ack_urgent = true;
 	if (nak)
 		r->nak_pending = true;
+	if (urgent || nak) /* the per-peer round's hint (vbi_peer_after_poll) */
+		atomic_store_explicit(&p->ack_due, true, memory_order_relaxed);
 	if (!r->in_dirty) {
 		if (!p->dirty)
 			p->ack_owed_ns = vbi_now_ns();
@@ -222,8 +224,8 @@ static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered, bool nak)
 
 	pthread_mutex_lock(&p->txlock);
 	ack_owed_locked(r, urgent, nak);
-	if (delivered)
-		p->delivered_since_ack++;
+	if (delivered && ++p->delivered_since_ack >= VBI_ACK_ALONE_AFTER)
+		atomic_store_explicit(&p->ack_due, true, memory_order_relaxed);
 	pthread_mutex_unlock(&p->txlock);
 }
 
