@@ -506,19 +506,15 @@ uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id)
 	return ms * 1000000ull;
 }
 
-uint64_t vbi_cfg_u64_once(enum vbi_cfg_id id)
+_Atomic uint64_t vbi_cfg_once_[VBI_CFG__COUNT];
+
+uint64_t vbi_cfg_u64_once_slow(enum vbi_cfg_id id)
 {
-	static _Atomic uint64_t once[VBI_CFG__COUNT]; /* value + 1; 0: not read yet */
-	uint64_t v = atomic_load_explicit(&once[id], memory_order_relaxed);
+	uint64_t u = 0;
 
-	if (!v) {
-		uint64_t u = 0;
-
-		vbi_cfg_u64(id, &u);
-		v = u + 1;
-		atomic_store_explicit(&once[id], v, memory_order_relaxed);
-	}
-	return v - 1;
+	vbi_cfg_u64(id, &u);
+	atomic_store_explicit(&vbi_cfg_once_[id], u + 1, memory_order_relaxed);
+	return u;
 }
 
 int vbi_cfg_int(enum vbi_cfg_id id, int *out)

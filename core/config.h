@@ -25,6 +25,7 @@
 #ifndef VERBUS_CORE_CONFIG_H
 #define VERBUS_CORE_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -185,8 +186,16 @@ uint64_t vbi_cfg_ms_ns(enum vbi_cfg_id id);
  * the error logged once), every later call returns that, whatever the
  * environment says since. For what the hot paths read (a timer, a test
  * hook); what a create function reads stays per object. Any thread; two
- * first calls at once both read it, the same value. */
-uint64_t vbi_cfg_u64_once(enum vbi_cfg_id id);
+ * first calls at once both read it, the same value. Inline after the
+ * first call (a load): the hot paths call it per message. */
+extern _Atomic uint64_t vbi_cfg_once_[VBI_CFG__COUNT]; /* value + 1; 0: not read yet */
+uint64_t vbi_cfg_u64_once_slow(enum vbi_cfg_id id);
+static inline uint64_t vbi_cfg_u64_once(enum vbi_cfg_id id)
+{
+	uint64_t v = atomic_load_explicit(&vbi_cfg_once_[id], memory_order_relaxed);
+
+	return v ? v - 1 : vbi_cfg_u64_once_slow(id);
+}
 
 /* For the create functions: 0 when @id is unset or valid; -EINVAL with the
  * thread's message naming it, its value and the range when malformed

@@ -40,17 +40,6 @@ static __thread struct mp_tls_ent mp_tls[MP_TLS_SLOTS];
 
 /* ---- size classes -------------------------------------------------------- */
 
-unsigned vbi_mempool_class_of(size_t size)
-{
-	unsigned k, i;
-
-	if (size <= 256)
-		return size <= 64 ? 0 : (unsigned)((size - 1) >> 6);
-	k = 63 - (unsigned)__builtin_clzll((unsigned long long)(size - 1)); /* 2^k < size */
-	i = (unsigned)((size - ((size_t)1 << k) + ((size_t)1 << (k - 2)) - 1) >> (k - 2));
-	return 4 + (k - 8) * 4 + i - 1;
-}
-
 size_t vbi_mempool_class_size(unsigned idx)
 {
 	unsigned k;

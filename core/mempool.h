@@ -234,7 +234,16 @@ int vbi_mempool_stats(struct vbi_mempool *pool, struct vbi_mempool_stats *st);
 
 /* Size-class index (0 .. VBI_MEMPOOL_NCLASSES-1) of a request of @size bytes
  * (1 .. VBI_MEMPOOL_MAX_ALLOC), and the usable size of class @idx. */
-unsigned vbi_mempool_class_of(size_t size);
+static inline unsigned vbi_mempool_class_of(size_t size) /* inline: per message, twice */
+{
+	unsigned k, i;
+
+	if (size <= 256)
+		return size <= 64 ? 0 : (unsigned)((size - 1) >> 6);
+	k = 63 - (unsigned)__builtin_clzll((unsigned long long)(size - 1)); /* 2^k < size */
+	i = (unsigned)((size - ((size_t)1 << k) + ((size_t)1 << (k - 2)) - 1) >> (k - 2));
+	return 4 + (k - 8) * 4 + i - 1;
+}
 size_t vbi_mempool_class_size(unsigned idx);
 
 /* "4k", "thp", "hugetlb". */

@@ -66,17 +66,6 @@ void vbi_wire_cput(void *buf, uint16_t flags)
 	p[3] = 0;
 }
 
-size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len)
-{
-	size_t n = vbi_wire_rec_size(len);
-
-	put32(dst, len);
-	if (payload != dst + VBI_WIRE_REC_HDR) /* in place: nothing to copy */
-		memcpy(dst + VBI_WIRE_REC_HDR, payload, len);
-	memset(dst + VBI_WIRE_REC_HDR + len, 0, n - VBI_WIRE_REC_HDR - len);
-	return n;
-}
-
 long vbi_wire_parse(const void *buf, size_t avail, uint32_t max_msg, struct vbi_wire_hdr *h)
 {
 	const uint8_t *p = buf;

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define VBI_WIRE_MAGIC 0x5642u /* "BV" on the wire (little-endian "VB") */
 #define VBI_WIRE_VERSION 3u /* 2: BATCH frames; 3: compact BATCH frames (RC) */
@@ -128,8 +129,29 @@ void vbi_wire_cput(void *buf, uint16_t flags);
 
 /* Write one record of @len bytes at @dst (payload from @payload, which is
  * either where the record's payload goes, dst + VBI_WIRE_REC_HDR, or does
- * not overlap it) and return its size (vbi_wire_rec_size). */
-size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len);
+ * not overlap it) and return its size (vbi_wire_rec_size). Inline: one
+ * per message, and under TCG a call costs more than this does. */
+static inline size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_t len)
+{
+	size_t n = vbi_wire_rec_size(len), pad = n - VBI_WIRE_REC_HDR - len; /* 0..3 */
+	uint8_t *z = dst + VBI_WIRE_REC_HDR + len;
+
+	/* the length, little-endian, byte by byte (any alignment) */
+	dst[0] = (uint8_t)len;
+	dst[1] = (uint8_t)(len >> 8);
+	dst[2] = (uint8_t)(len >> 16);
+	dst[3] = (uint8_t)(len >> 24);
+	if (payload != dst + VBI_WIRE_REC_HDR) /* in place: nothing to copy */
+		memcpy(dst + VBI_WIRE_REC_HDR, payload, len);
+	/* the padding byte by byte: a memset() is a call */
+	if (pad > 0)
+		z[0] = 0;
+	if (pad > 1)
+		z[1] = 0;
+	if (pad > 2)
+		z[2] = 0;
+	return n;
+}
 
 /* Encode @h into the first VBI_WIRE_HDR_LEN bytes of @buf (payload not
  * touched). @buf must have room for the header. */

@@ -223,8 +223,10 @@ void vbi_lane_bind(struct vbi_lane *l, struct vbi_peer *p)
 
 
 /* Post @wr (a SEND) on @l: a UD lane addresses the remote lane's QP (its
- * QPN, Q_Key and an AH from the connection set-up). *l->lk held. */
-int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
+ * QPN, Q_Key and an AH from the connection set-up). *l->lk held. Inline in
+ * vbi_lane_post_from (a batch per SEND: one call less). */
+static inline __attribute__((always_inline)) int lane_post_wr(struct vbi_lane *l,
+							       struct vbt_send_wr *wr)
 {
 	const struct vbt_send_wr *bad;
 	int rc;
@@ -240,6 +242,11 @@ int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
 	if (!rc && (wr->flags & VBT_SEND_SIGNALED))
 		vbi_sring_signaled(&l->sr, (struct vbi_sctx *)(uintptr_t)wr->wr_id);
 	return rc;
+}
+
+int vbi_lane_post_wr(struct vbi_lane *l, struct vbt_send_wr *wr)
+{
+	return lane_post_wr(l, wr);
 }
 
 /*
@@ -282,7 +289,7 @@ int vbi_lane_post_from(struct vbi_lane *l, struct vbi_sctx *s, const void *buf, 
 	/* counted before the post, taken back if it fails: a vb_ctx_stats()
 	 * snapshot taken once the peer has the SEND includes it */
 	vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE, wr.flags & VBT_SEND_SIGNALED, 1);
-	rc = vbi_lane_post_wr(l, &wr);
+	rc = lane_post_wr(l, &wr);
 	if (rc) {
 		vbi_st_count_send(ctx->st, wr.flags & VBT_SEND_INLINE,
 				  wr.flags & VBT_SEND_SIGNALED, -1);

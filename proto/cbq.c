@@ -87,12 +87,14 @@ int vbi_cb_reserve(struct vb_ctx *ctx, size_t more)
 {
 	if (test_reserve_fails())
 		return vbi_err(-ENOMEM, "callback queue: no memory (VERBUS_TEST_CBQ_ENOMEM)");
-	return cbq_grow(ctx, (size_t)ctx->cbq_n + more);
+	/* the room is there in all but the first deliveries: no call */
+	return (size_t)ctx->cbq_n + more <= ctx->cbq_cap ? 0 :
+	       cbq_grow(ctx, (size_t)ctx->cbq_n + more);
 }
 
 static struct vbi_cb *cbq_push(struct vb_ctx *ctx)
 {
-	if (cbq_grow(ctx, (size_t)ctx->cbq_n + 1))
+	if (ctx->cbq_n >= ctx->cbq_cap && cbq_grow(ctx, (size_t)ctx->cbq_n + 1))
 		return NULL;
 	return &ctx->cbq[ctx->cbq_n++];
 }
@@ -217,7 +219,8 @@ void vbi_cb_flush(struct vb_ctx *ctx)
 		return;
 	ctx->cb_depth++;
 	cb_ctx = ctx;
-	vbi_events_run(ctx);
+	if (!vbi_llist_empty(&ctx->evq))
+		vbi_events_run(ctx);
 	/* entries queued by a callback (none today: no receive path runs
 	 * inside one) would land behind: index, not pointer */
 	for (unsigned i = 0; i < ctx->cbq_n; i++) {

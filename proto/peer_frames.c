@@ -123,10 +123,9 @@ static void on_sub(struct vbi_peer *p, const struct vbi_wire_hdr *h, const uint8
 /* DATA on lane @l of @p: stale if the peer already moved to a newer lane
  * (it retransmits there whatever we have not acknowledged); the first DATA
  * on a newer lane abandons partial reassemblies (fragments restart there). */
-static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l)
+static bool data_lane_moved(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane *l,
+			    uint32_t id)
 {
-	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
-
 	if (id < p->rx_lane_id) {
 		atomic_fetch_add_explicit(&ctx->st->stale_frames, 1, memory_order_relaxed);
 		return false;
@@ -137,6 +136,19 @@ static bool data_lane_ok(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_lane
 		p->rx_lane_id = id;
 	}
 	/* go-back-N on UC/UD: a hole is a loss to recover, not a fault */
+	p->rx_unreliable = l->mode != VB_QPT_RC;
+	return true;
+}
+
+/* The lane of every DATA frame: the same as the last one's, inline */
+static inline __attribute__((always_inline)) bool data_lane_ok(struct vb_ctx *ctx,
+								struct vbi_peer *p,
+								struct vbi_lane *l)
+{
+	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
+
+	if (id != p->rx_lane_id)
+		return data_lane_moved(ctx, p, l, id);
 	p->rx_unreliable = l->mode != VB_QPT_RC;
 	return true;
 }
@@ -404,7 +416,8 @@ static uint64_t ack_delay_ms(void)
 
 /* What @p owes on its lane @l, for vbi_ack_rides() / vbi_ack_alone().
  * txlock held. */
-static struct vbi_ack_owed acks_owed(const struct vbi_peer *p, const struct vbi_lane *l)
+static inline __attribute__((always_inline)) struct vbi_ack_owed
+acks_owed(const struct vbi_peer *p, const struct vbi_lane *l)
 {
 	return (struct vbi_ack_owed){
 		.streams = p->dirty != NULL,

@@ -17,7 +17,7 @@
 
 /* Count (@dir 1) or take back (@dir -1) the frames of a SEND: a BATCH of
  * @frames frames (@compact: its compact header), or a DATA fragment (1). */
-static void frame_count(struct vb_ctx *ctx, uint32_t frames, bool compact, int dir)
+static inline __attribute__((always_inline)) void frame_count(struct vb_ctx *ctx, uint32_t frames, bool compact, int dir)
 {
 	if (frames && compact)
 		vbi_st_step(&ctx->st->compact_batches, dir, 1);
