@@ -29,6 +29,7 @@
 #include "core/err.h"
 #include "core/errpolicy.h"
 #include "core/llist.h"
+#include "core/lock.h"
 #include "core/mempool.h"
 #include "core/path.h"
 #include "core/sizing.h"
@@ -158,8 +159,8 @@ struct vbi_lane {
 	struct vbi_lane *next;   /* peer->lanes, node->pending or node->retire */
 	struct vb_node *node;
 	struct vbi_peer *peer;   /* NULL until bound */
-	pthread_mutex_t *lk;
-	pthread_mutex_t own_lock;
+	vbi_mutex_t *lk;
+	vbi_mutex_t own_lock;
 	struct vbi_devres *dr;
 	struct vbt_qp *qp;
 	struct vbt_conn *conn;
@@ -337,7 +338,7 @@ struct vbi_peer {
 	atomic_bool closing;
 	atomic_bool remote_closed; /* the peer said BYE */
 
-	pthread_mutex_t txlock;
+	vbi_mutex_t txlock;
 	uint32_t remote_slot_size;
 	struct vbi_pubpeer *pubs; /* ORDERED publishers this peer subscribes to */
 	struct vbi_pubpeer *rr;   /* round-robin cursor */
@@ -490,7 +491,7 @@ struct vb_ctx {
 	pthread_t thread;
 	bool thread_running;
 	atomic_bool stop;
-	pthread_mutex_t progress_lock; /* APP mode: one thread at a time runs progress
+	vbi_mutex_t progress_lock; /* APP mode: one thread at a time runs progress
 					* (trylock only; the progress thread of
 					* THREAD mode takes none) */
 	/* APP mode, progress_lock (vbi_progress_app): empty vb_progress()

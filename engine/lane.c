@@ -151,7 +151,7 @@ int vbi_lane_new(struct vb_node *node, struct vbi_devres *dr, enum vb_qp_type mo
 		l->max_send = ctx->ud_mtu;
 	if (mode == VB_QPT_UD && l->max_send > ctx->attr.slot_size - VBI_UD_GRH)
 		l->max_send = (uint32_t)ctx->attr.slot_size - VBI_UD_GRH;
-	pthread_mutex_init(&l->own_lock, NULL);
+	vbi_mutex_init(&l->own_lock);
 	l->lk = &l->own_lock;
 	l->created_ns = vbi_mono_ns();
 	l->credit_ns = l->created_ns;
@@ -528,7 +528,7 @@ void vbi_lane_retire(struct vbi_lane *l)
  */
 static void drain_marker(struct vbi_lane *l)
 {
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	if (l->sr.outstanding && l->sr.outstanding < l->sr.n) {
 		struct vbi_sctx *s = vbi_sring_take(&l->sr);
 		struct vbt_send_wr wr = { .wr_id = (uintptr_t)s, .num_sge = 0,
@@ -539,14 +539,14 @@ static void drain_marker(struct vbi_lane *l)
 		if (vbi_lane_post_wr(l, &wr))
 			vbi_sring_untake(&l->sr);
 	}
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 }
 
 void vbi_lane_retire_start(struct vbi_lane *l)
 {
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	vbi_lane_life_raise(l, VBI_LANE_DRAINING);
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	if (l->retire_ns)
 		return;
 	l->retire_ns = vbi_mono_ns();
@@ -593,9 +593,9 @@ static bool retire_drained(struct vbi_lane *l)
 	struct vb_ctx *ctx = l->node->ctx;
 	uint32_t out, recvs;
 
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	out = l->sr.outstanding;
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	recvs = atomic_load(&l->posted_recvs);
 	if (!out && !recvs)
 		return true; /* the poller's accounting was its last touch */
@@ -629,7 +629,7 @@ static bool retire_drained(struct vbi_lane *l)
 
 void vbi_lane_unlink(struct vbi_lane *l)
 {
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	vbi_sring_release_upto(&l->sr, NULL);
 	if (l->peer)
 		for (struct vbi_lane **q = &l->peer->lanes; *q; q = &(*q)->next)
@@ -637,7 +637,7 @@ void vbi_lane_unlink(struct vbi_lane *l)
 				*q = l->next;
 				break;
 			}
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 }
 
 void vbi_lane_free(struct vbi_lane *l)
@@ -650,7 +650,7 @@ void vbi_lane_free(struct vbi_lane *l)
 		vbi_lane_qp_put(l, l->retire_reuse);
 	vbi_sring_fini(&l->sr);
 	vbi_slots_free(l->dr->pool, l->slots, l->nslots);
-	pthread_mutex_destroy(&l->own_lock);
+	vbi_mutex_destroy(&l->own_lock);
 	atomic_fetch_add_explicit(&ctx->st->lanes_retired, 1, memory_order_relaxed);
 	atomic_fetch_sub(&l->dr->nlanes, 1);
 	free(l);

@@ -135,11 +135,11 @@ void vbi_peer_pev_flush(struct vbi_peer *p)
 	struct vbi_pev ev[8];
 	unsigned n;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	n = p->npev;
 	memcpy(ev, p->pev, n * sizeof(ev[0]));
 	p->npev = 0;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	for (unsigned i = 0; i < n; i++) {
 		const char *r = ev[i].reason ? ev[i].reason : "";
 
@@ -437,7 +437,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 		for (struct vbi_peer *p = vbi_rcu_deref(n->peers); p; p = vbi_rcu_deref(p->next)) {
 			bool down = false, acted = false;
 
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
 				int act;
 
@@ -457,7 +457,7 @@ void vbi_peer_handle_failures(struct vb_ctx *ctx)
 			/* no connection left: the conductor builds one at once,
 			 * even within the quiet time (maint_peer) */
 			urgent |= acted && !vbi_path_lane(&p->path);
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 			if (acted) {
 				any = true;
 				vbi_peer_pev_flush(p);
@@ -482,7 +482,7 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	if (vbi_lane_dead(l) || p->dead)
 		vbi_warn("peer '%s': LANE on lane %u ignored: %s", p->name, l->id,
 			 p->dead ? "peer given up" : "that lane is being retired here");
@@ -496,7 +496,7 @@ void vbi_lane_on_switch(struct vbi_lane *l)
 		if (old)
 			vbi_lane_retire(old);
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	vbi_peer_pev_flush(p);
 	vbi_maint_kick_unless_quiet(p->node);
 }

@@ -103,9 +103,9 @@ static void maint_retire(struct vb_node *node)
 			break;
 		}
 		for (struct vbi_peer *p = node->peers; p && !victim; p = p->next) {
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			if (maint_quiet(node, vbi_mono_ns())) {
-				pthread_mutex_unlock(&p->txlock);
+				vbi_mutex_unlock(&p->txlock);
 				break;
 			}
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
@@ -117,7 +117,7 @@ static void maint_retire(struct vb_node *node)
 				victim = l;
 				break;
 			}
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 		}
 		pthread_rwlock_unlock(&node->lock);
 		if (!victim)
@@ -190,10 +190,10 @@ static void build_abandon(struct vbi_peer *p, struct vbi_lane *l)
 	char msg[VBI_ERRMSG_MAX];
 
 	snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	if (p->probe == l)
 		p->probe = NULL;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	atomic_store(&l->in_setup, false);
 	vbi_lane_destroy_now(l);
 	vbi_err(-EIO, "%s", msg);
@@ -207,9 +207,9 @@ static void primary_failed(struct vbi_peer *p, struct vbi_lane *l, int rc)
 	snprintf(p->setup_err, sizeof(p->setup_err), "%s", vbi_errmsg());
 	p->setup_rc = rc < 0 ? rc : -EIO;
 	build_abandon(p, l);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	p->dead = true;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	atomic_store_explicit(&p->setup, VBI_SETUP_FAILED, memory_order_release);
 }
 
@@ -250,7 +250,7 @@ static int build_start(struct vb_node *node, struct vbi_peer *p, uint8_t role,
 	struct vbi_lane *l;
 	int rc;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	if (mode == VB_QPT_RC) {
 		dr = pick_dev(ctx, p, role == VBI_LANE_STANDBY, &dst);
 	} else {
@@ -266,7 +266,7 @@ static int build_start(struct vb_node *node, struct vbi_peer *p, uint8_t role,
 		if (!port || atomic_load(&dr->fatal) || atomic_load(&dr->port_down))
 			dr = NULL;
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (!dr)
 		return vbi_err(-ENETDOWN, "no device or %s listener towards '%s'",
 			       vbi_path_mode_name(mode), p->name);
@@ -276,13 +276,13 @@ static int build_start(struct vb_node *node, struct vbi_peer *p, uint8_t role,
 	/* bound before it connects: the peer's HELLO may arrive first; ours
 	 * (in_setup) until the connection is set up */
 	atomic_store(&l->in_setup, true);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	l->id = p->next_lane_id++;
 	l->role = role;
 	vbi_lane_bind(l, p);
 	if (role == VBI_LANE_PROBE)
 		p->probe = l;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if ((rc = build_begin(p, l, role, dst, deadline_ns)))
 		build_abandon(p, l);
 	return rc;
@@ -301,11 +301,11 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 	struct vbi_lane *pl, *old = NULL;
 	int due;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	pl = p->probe;
 	if (!pl || !atomic_load(&pl->hello_rcvd) || vbi_lane_dead(pl) ||
 	    vbi_path_recovering(&p->path) || now - p->probe_ns < ival) {
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		return;
 	}
 	p->probe_ns = now;
@@ -316,7 +316,7 @@ static void maint_probe(struct vb_node *node, struct vbi_peer *p, uint64_t now)
 		if (old)
 			vbi_lane_retire(old);
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (due == 1) {
 		vbi_peer_pev_flush(p);
 		vbi_maint_kick(node);
@@ -346,19 +346,19 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 	 * "Detecting a dead peer"). */
 	uint64_t rx_ns = atomic_load_explicit(&p->last_rx_ns, memory_order_relaxed);
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	silent = p->fail_watch && rx_ns == p->rx_ns_at_fail &&
 		 vbi_now_ns() - rx_ns >= 2 * (uint64_t)keepalive_or(ctx, 100) * 1000000ull;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (silent && (rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)) {
 		char why[VBI_ERRMSG_MAX + 96];
 
 		snprintf(why, sizeof(why), "its connection failed, it sent nothing since, "
 			 "and a new one was %s (%s)",
 			 rc == -ECONNREFUSED ? "refused" : "unreachable", vbi_errmsg());
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		vbi_peer_pev_flush(p);
 		atomic_fetch_add(&ctx->st->path_downs, 1);
 		ctx->up->peer_failed(p, why);
@@ -383,7 +383,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 	struct vbi_lane *act;
 	int rc;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	/* read once the lock is held: the progress thread stamps a failure
 	 * (recover_since_ns), a HELLO (replaced_ns) and a new lane under it,
 	 * and an earlier reading is older than those stamps (now - since
@@ -411,12 +411,12 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		    now - l->replaced_ns > VBI_REPLACED_KEEP_NS)
 			vbi_lane_retire(l);
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 
 	if (need_lane && now - since > recover_timeout_ns(ctx)) {
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		vbi_path_fail(&p->path, vbi_path_epoch(&p->path), now, VBI_PATH_F_NO_STANDBY);
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		vbi_peer_pev_flush(p);
 		atomic_fetch_add(&ctx->st->path_downs, 1);
 		ctx->up->peer_failed(p, "no connection could be rebuilt in time");

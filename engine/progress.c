@@ -55,7 +55,7 @@ static void send_deferred_hello(struct vbi_peer *p)
 	if (p->dead || p->closing || !p->up)
 		return;
 	vbi_rcu_enter(); /* lanes are freed after a grace period */
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	for (struct vbi_lane *o = p->lanes; o && !hl; o = o->next) {
 		if (!atomic_load(&o->hello_deferred) || vbi_lane_dead(o))
 			continue;
@@ -64,7 +64,7 @@ static void send_deferred_hello(struct vbi_peer *p)
 		else
 			waiting = true;
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (waiting || hl)
 		atomic_store(&ctx->hellos_deferred, true); /* looked at again next time */
 	if (hl)
@@ -152,9 +152,9 @@ static int poll_cq(struct vb_ctx *ctx, struct vbi_devres *dr)
 
 			if (!ok)
 				lane_wc_error(ctx, l, &wc[i], s);
-			pthread_mutex_lock(l->lk);
+			vbi_mutex_lock(l->lk);
 			vbi_sring_release_upto(&l->sr, s);
-			pthread_mutex_unlock(l->lk);
+			vbi_mutex_unlock(l->lk);
 			break;
 		}
 		case VBI_WR_UD_RECV: {
@@ -392,7 +392,7 @@ int vbi_progress_app(struct vb_ctx *ctx)
 	bool yield = false;
 	int n;
 
-	if (pthread_mutex_trylock(&ctx->progress_lock))
+	if (!vbi_mutex_trylock(&ctx->progress_lock))
 		return 0;
 	n = vbi_progress_once(ctx);
 	/* A spinning caller gives the CPU away now and then once the context
@@ -410,7 +410,7 @@ int vbi_progress_app(struct vb_ctx *ctx)
 		ctx->app_idle = false;
 	else if (!(++ctx->app_empty & 63))
 		yield = app_idle_long(ctx);
-	pthread_mutex_unlock(&ctx->progress_lock);
+	vbi_mutex_unlock(&ctx->progress_lock);
 	if (yield)
 		sched_yield();
 	return n;
@@ -525,9 +525,9 @@ bool vbi_progress_waits_for_app(const struct vb_ctx *ctx)
 void vbi_progress_or_nap(struct vb_ctx *ctx)
 {
 	if (!ctx->thread_running && !lib_thread &&
-	    pthread_mutex_trylock(&ctx->progress_lock) == 0) {
+	    vbi_mutex_trylock(&ctx->progress_lock)) {
 		vbi_progress_once(ctx);
-		pthread_mutex_unlock(&ctx->progress_lock);
+		vbi_mutex_unlock(&ctx->progress_lock);
 	} else {
 		struct timespec ts = { 0, 200000 };
 
@@ -600,12 +600,12 @@ static void keepalive(struct vbi_peer *p, struct vbi_lane *l, uint8_t *buf)
 static void repost_held(struct vbi_peer *p, bool lock)
 {
 	if (lock)
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 	for (struct vbi_lane *o = p->lanes; o; o = o->next)
 		if (o->nheld)
 			vbi_lane_repost_held(o);
 	if (lock)
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 }
 
 /*
@@ -668,7 +668,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 		up->peer_flush(p);
 	if (quiet)
 		return;
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	/* held receive slots: only in the timed rounds (every AFTER_POLL_NS)
 	 * and idle ones; a lane posts them itself once VBI_REPOST_BATCH
 	 * wait. Not in the round that follows a delivery: that round comes
@@ -701,7 +701,7 @@ void vbi_peer_after_poll(struct vbi_peer *p, bool idle, bool full)
 			continue;
 		return_credits(o, buf);
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 }
 
 void vbi_join_progressing(struct vb_ctx *ctx, pthread_t t)

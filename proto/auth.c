@@ -152,9 +152,9 @@ static int send_auth(struct vbi_lane *l, uint32_t op, uint64_t seq, uint32_t slo
 	uint32_t n = vbi_wire_auth_encode(buf, op, seq, slots, a, alen, b, blen);
 	int rc;
 
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, n);
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	if (rc)
 		vbi_warn("lane QP %u: AUTH frame not sent: %d", l->qp->qpn, rc);
 	return rc;
@@ -249,9 +249,9 @@ enum vbi_hello_auth_verdict vbi_hello_auth_check(struct vbi_lane *l, const struc
 	randombytes_buf(l->auth->nonce, VBI_AUTH_NONCE);
 	mac(l->node->ctx, m, LABEL_ACCEPT, l->auth->hello, VBI_HELLO_LEN_AUTH, l->auth->nonce,
 	    VBI_AUTH_NONCE);
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	l->remote_slots = slots; /* our proof, our HELLO later */
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	atomic_store(&l->auth->state, VBI_AUTH_WAIT_ANSWER);
 	if (send_auth(l, VBI_AUTH_PROOF, 0, l->nslots, l->auth->nonce, VBI_AUTH_NONCE, m,
 		      VBI_AUTH_MAC)) {
@@ -294,9 +294,9 @@ void vbi_hello_auth_on_frame(struct vbi_lane *l, const struct vbi_wire_hdr *h, c
 	}
 	if (ok && a.op == VBI_AUTH_PROOF && connector && st == VBI_AUTH_WAIT_PROOF) {
 		if (a.slots) {
-			pthread_mutex_lock(l->lk);
+			vbi_mutex_lock(l->lk);
 			l->remote_slots = a.slots;
-			pthread_mutex_unlock(l->lk);
+			vbi_mutex_unlock(l->lk);
 		}
 		mac(ctx, m, LABEL_ACCEPT, l->auth->hello, VBI_HELLO_LEN_AUTH, a.nonce, VBI_AUTH_NONCE);
 		if (sodium_memcmp(m, a.mac, VBI_AUTH_MAC)) {
@@ -398,13 +398,13 @@ bool vbi_rule_lane_frame(struct vbi_peer *p, struct vbi_lane *l, const struct vb
 		 * lane it had then: to a number no other lane of the peer has */
 		const struct vbi_lane *o;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		for (o = p->lanes; o; o = o->next)
 			if (o != l && __atomic_load_n(&o->id, __ATOMIC_RELAXED) == h->seq)
 				break;
 		if (!o)
 			__atomic_store_n(&l->id, (uint32_t)h->seq, __ATOMIC_RELAXED);
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		if (o)
 			return rule_broken(l, p, "LANE renumbering lane %u to %llu dropped "
 					   "(another lane has that number)", id,

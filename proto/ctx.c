@@ -149,7 +149,7 @@ static void ctx_init_early(struct vb_ctx *ctx)
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ud_lock, NULL);
 	pthread_mutex_init(&ctx->ud_addr_lock, NULL);
-	pthread_mutex_init(&ctx->progress_lock, NULL);
+	vbi_mutex_init(&ctx->progress_lock);
 	vbi_cb_init(ctx);
 	vbi_errpol_init(&ctx->errpol);
 	ctx->quiet_ns = vbi_cfg_ms_ns(VBI_CFG_FAILOVER_QUIET_MS);
@@ -362,7 +362,7 @@ int vbi_ctx_close(struct vb_ctx *ctx)
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ud_lock);
 	pthread_mutex_destroy(&ctx->ud_addr_lock);
-	pthread_mutex_destroy(&ctx->progress_lock);
+	vbi_mutex_destroy(&ctx->progress_lock);
 	vbi_cb_fini(ctx);
 	vbi_auth_ctx_fini(ctx);
 	if (ctx->wake_fd >= 0)

@@ -105,9 +105,9 @@ void vbi_lane_send_hello(struct vbi_lane *l)
 	hi.ud_port = atomic_load(&node->lport[3]);
 	vbi_wire_hello_encode(&hi, pl);
 	vbi_hello_auth_put(l, pl); /* authentication section (auth.c) */
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	rc = vbi_lane_send_ctrl(l, buf, sizeof(buf));
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	if (rc) {
 		struct vbi_err_verdict v = { VBI_ACT_FAILOVER, VBI_SCOPE_QP, "cannot send HELLO" };
 
@@ -126,10 +126,10 @@ void vbi_lane_refuse(struct vbi_lane *l, const char *why)
 	uint32_t n = vbi_wire_bye_encode(buf, why);
 
 	atomic_fetch_add(&ctx->st->refused, 1); /* counted before the peer can see it */
-	pthread_mutex_lock(l->lk);
+	vbi_mutex_lock(l->lk);
 	if (vbi_lane_send_ctrl(l, buf, n))
 		vbi_info("refusal not sent: %s", vbi_errmsg());
-	pthread_mutex_unlock(l->lk);
+	vbi_mutex_unlock(l->lk);
 	vbi_event(ctx, VB_EV_PROTOCOL, "", "connection refused: %s", why);
 	/* dropped once the BYE has left (vbi_node_pending_expire), bounded */
 	l->refused_ns = vbi_mono_ns();
@@ -253,9 +253,9 @@ static struct vbi_peer *hello_accept(struct vbi_lane *l, const struct vbi_wire_h
 		}
 	l->id = hi->lane;
 	l->role = (uint8_t)role;
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	vbi_lane_bind(l, p);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	/* our answer (the acceptor speaks after the connector) */
 	vbi_lane_send_hello(l);
 	return p;
@@ -275,9 +275,9 @@ static void hello_peer_up(struct vbi_lane *l, struct vbi_peer *p, const struct v
 	p->uid = hi->uid;
 	addr_from_hello(hi, &p->sb_addr);
 	vbi_peer_set_ud(p, hi->ud_qpn, hi->ud_qkey, hi->gid);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	old = vbi_path_switch(&p->path, l, vbi_mono_ns(), &l->epoch);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (old)
 		vbi_lane_retire(old);
 	/* Our SUBs follow our HELLO: sent from after_poll. */
@@ -309,7 +309,7 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 	if (role == VBI_LANE_STANDBY) {
 		struct vbi_lane *old;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		if (!vbi_path_lane(&p->path) && p->recover_since_ns) {
 			/* recovering with nothing to switch to: it is the lane now
 			 * (and the other end, which took it for a standby, is told) */
@@ -326,7 +326,7 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 			if (old && old != l)
 				old->replaced_ns = vbi_mono_ns();
 		}
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		vbi_info("peer '%s': standby lane %u ready (QP %u on %s)", p->name, l->id,
 			 l->qp->qpn, l->dr->dev->caps.name);
 	} else {
@@ -334,11 +334,11 @@ static void hello_lane_up(struct vbi_lane *l, struct vbi_peer *p, uint32_t role)
 		 * switch when its HELLO arrives. */
 		struct vbi_lane *old;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		old = vbi_peer_switch_to(p, l, false);
 		if (old)
 			vbi_lane_retire(old);
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 	}
 	vbi_peer_pev_flush(p);
 	vbi_maint_kick(node);
@@ -390,7 +390,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		return;
 	}
 	role = l->role; /* ours (the connector numbers and names lanes) */
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	/* Our HELLO consumed one of its slots before we knew the count. */
 	l->remote_slots = slots;
 	p->remote_slot_size = slot_size;
@@ -400,7 +400,7 @@ void vbi_lane_on_hello(struct vbi_lane *l, const struct vbi_wire_hdr *h, const u
 		p->uc_port = ucp <= 65535 ? (uint16_t)ucp : 0;
 		p->ud_port = udp <= 65535 ? (uint16_t)udp : 0;
 	}
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	atomic_store(&l->hello_rcvd, true);
 
 	if (!atomic_load(&p->up)) {

@@ -42,11 +42,11 @@ struct vbi_peer *vbi_peer_alloc(struct vb_node *node)
 		return NULL;
 	}
 	p->node = node;
-	pthread_mutex_init(&p->txlock, NULL);
+	vbi_mutex_init(&p->txlock);
 	snprintf(p->name, sizeof(p->name), "?");
 	p->next_lane_id = 1;
 	if (vbi_peer_init_path(p)) {
-		pthread_mutex_destroy(&p->txlock);
+		vbi_mutex_destroy(&p->txlock);
 		free(p);
 		return NULL;
 	}
@@ -67,7 +67,7 @@ void vbi_peer_free(struct vbi_peer *p)
 		free(r);
 	}
 	vbi_path_fini(&p->path);
-	pthread_mutex_destroy(&p->txlock);
+	vbi_mutex_destroy(&p->txlock);
 	free(p);
 }
 
@@ -99,11 +99,11 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct reaped 
 	 * node->lock); the attachments and the streams are unlinked below and
 	 * freed after the grace period (slow_send_ends walks a publisher's
 	 * attachments with no lock) */
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	p->pubs = NULL;
 	p->rr = NULL;
 	p->dirty = NULL;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
 		pthread_mutex_lock(&pub->lock);
 		for (struct vbi_pubpeer **q = &pub->peers; *q;) {
@@ -152,10 +152,10 @@ void vbi_node_reap(struct vb_node *node)
 			struct vbi_peer *p = *q;
 			bool gone;
 
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			/* alt_pending: set with dead, under txlock (vbi_peer_failed) */
 			if (!p->dead || atomic_load(&p->alt_pending)) {
-				pthread_mutex_unlock(&p->txlock);
+				vbi_mutex_unlock(&p->txlock);
 				continue;
 			}
 			for (struct vbi_lane *l = p->lanes; l; l = l->next)
@@ -165,7 +165,7 @@ void vbi_node_reap(struct vb_node *node)
 			vbi_path_take_standby(&p->path);
 			p->probe = NULL;
 			gone = !p->lanes;
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 			if (!gone)
 				continue;
 			vbi_rcu_assign(*q, p->next); /* a round standing on p goes on */
@@ -198,18 +198,18 @@ static void peer_say_bye(struct vbi_peer *p)
 	int rc;
 
 	vbi_wire_put(buf, &h);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	l = vbi_path_lane(&p->path);
 	rc = p->up && !p->dead && l ? vbi_peer_send_ctrl(p, buf, sizeof(buf)) : -ENOTCONN;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (rc)
 		return;
 	for (;;) {
 		uint32_t out;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		out = l->sr.outstanding;
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 		if (!out || now_ms() - t0 > 200)
 			break;
 		vbi_progress_or_nap(p->node->ctx);
@@ -223,7 +223,7 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	bool was, alt;
 	struct vbi_lane *old;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	was = p->dead;
 	p->dead = true;
 	old = vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
@@ -235,7 +235,7 @@ void vbi_peer_failed(struct vbi_peer *p, const char *why)
 	alt = !was && !p->closing && p->alt_addr.ss_family && !atomic_load(&p->node->stop);
 	if (alt)
 		atomic_store(&p->alt_pending, true);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (was || p->closing)
 		return;
 	if (p->up) {
@@ -285,9 +285,9 @@ void vbi_node_pending_expire(struct vb_node *node)
 		if (l->refused_ns) { /* its BYE went (or 1 s passed): close it */
 			uint32_t out;
 
-			pthread_mutex_lock(l->lk);
+			vbi_mutex_lock(l->lk);
 			out = l->sr.outstanding;
-			pthread_mutex_unlock(l->lk);
+			vbi_mutex_unlock(l->lk);
 			if (!out || now - l->refused_ns > 1000000000ull)
 				vbi_lane_retire(l);
 			continue;
@@ -437,11 +437,11 @@ static int connect_prepare(struct vb_node *node, const struct sockaddr_storage *
 	if ((rc = vbi_lane_new(node, &ctx->dr[0], VB_QPT_RC, false, &l)))
 		goto err_count;
 	atomic_store(&l->in_setup, true);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	l->id = p->next_lane_id++;
 	l->role = VBI_LANE_PRIMARY;
 	vbi_lane_bind(l, p);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	pthread_rwlock_wrlock(&node->lock);
 	p->next = node->peers;
 	vbi_rcu_assign(node->peers, p); /* the per-peer round reads with no lock */
@@ -464,9 +464,9 @@ static void connect_give_up(struct vbi_peer *p, struct vbi_lane *l)
 {
 	char msg[VBI_ERRMSG_MAX];
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	p->dead = true;
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	snprintf(msg, sizeof(msg), "%s", vbi_errmsg());
 	if (l)
 		vbi_lane_destroy_now(l);
@@ -479,9 +479,9 @@ static int connect_refusal(struct vbi_peer *p, struct vbi_lane *l, const char *w
 {
 	char why[sizeof(p->refused)];
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	snprintf(why, sizeof(why), "%s", p->refused);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	if (vbi_hello_auth_refusal(l))
 		return vbi_err(-ECONNREFUSED, "connection to %s refused: authentication: %s", where,
 			       vbi_hello_auth_refusal(l));
@@ -514,9 +514,9 @@ static int connect_wait(struct vb_ctx *ctx, struct vbi_peer *p, const char *wher
 			return vbi_err(p->setup_rc, "connect to %s: %s", where, p->setup_err);
 		}
 		if (!abandoned && now_ms() - t0 > limit) {
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			p->dead = true;
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 			vbi_maint_kick(p->node);
 			abandoned = true;
 		}
@@ -750,11 +750,11 @@ int vbi_node_destroy(struct vb_node *node)
 	for (struct vbi_peer *p = peers; p; p = p->next)
 		peer_say_bye(p);
 	for (struct vbi_peer *p = peers; p; p = p->next) {
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		p->closing = true;
 		vbi_path_switch(&p->path, NULL, vbi_mono_ns(), NULL);
 		vbi_path_take_standby(&p->path); /* freed with p->lanes below */
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 	}
 	while (pending) {
 		struct vbi_lane *l = pending;
@@ -769,9 +769,9 @@ int vbi_node_destroy(struct vb_node *node)
 		for (;;) {
 			struct vbi_lane *l;
 
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			l = p->lanes;
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 			if (!l)
 				break;
 			vbi_lane_destroy_now(l); /* unlinks it */

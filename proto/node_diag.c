@@ -39,7 +39,7 @@ int vbi_node_inject_fault(struct vb_node *node, const char *peer, vb_fault_t fau
 
 	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	vbi_rcu_enter();
 	l = vbi_peer_lane(p);
 	if (!l) {
@@ -84,7 +84,7 @@ int vbi_node_inject_fault(struct vb_node *node, const char *peer, vb_fault_t fau
 							    : "RDMA WRITE with a bad rkey");
 	}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	pthread_rwlock_unlock(&node->lock);
 	return rc;
 }
@@ -96,12 +96,12 @@ int vbi_node_peer_mode(struct vb_node *node, const char *peer)
 
 	if (!(p = find_up_peer(node, peer)))
 		return vbi_err(-ENOENT, "no peer '%s' is up", peer ? peer : "(any)");
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	vbi_rcu_enter();
 	rc = vbi_peer_lane(p) && !vbi_path_recovering(&p->path) ? p->mode
 		: vbi_err(-ENOTCONN, "peer '%s' is recovering", p->name);
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	pthread_rwlock_unlock(&node->lock);
 	return rc;
 }
@@ -117,7 +117,7 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 	for (struct vbi_peer *p = node->peers; p; p = p->next) {
 		struct vbi_lane *a;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		a = vbi_path_lane(&p->path);
 		fprintf(f, "  peer '%s'%s%s%s epoch %u%s, mode %s (policy %s), active lane %u, "
 			"rx lane %u%s\n", p->name,
@@ -144,7 +144,7 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 				(unsigned long long)pp->pub->win.next_seq, pp->dead ? " dead" : "");
 			pthread_mutex_unlock(&pp->pub->lock);
 		}
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 	}
 	pthread_rwlock_unlock(&node->lock);
 	/* the context's FANOUT endpoint (ud_lock: it may move meanwhile) */

@@ -39,9 +39,9 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 					  .epoch = s->mcast_group, .len = (uint32_t)(1 + nl) };
 
 		if (off + vbi_wire_frame_size(h.len) > cap) {
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			rc = vbi_peer_send_ctrl(p, buf, (uint32_t)off);
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 			off = 0;
 			if (rc)
 				break;
@@ -50,9 +50,9 @@ int vbi_peer_send_subs(struct vbi_peer *p, struct vb_sub *only)
 					   nl);
 	}
 	if (!rc && off) {
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		rc = vbi_peer_send_ctrl(p, buf, (uint32_t)off);
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 	}
 	free(buf);
 	return rc;
@@ -160,9 +160,9 @@ static void on_refusal(struct vbi_peer *p, const struct vbi_wire_hdr *h, const u
 	char why[VBI_REFUSE_MAX + 1];
 	uint32_t n = vbi_wire_bye_reason(h, pl, why);
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	snprintf(p->refused, sizeof(p->refused), "%s", n ? why : "no reason given");
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	p->remote_closed = true;
 	vbi_peer_failed(p, "refused by the peer");
 }

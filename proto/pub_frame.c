@@ -283,7 +283,7 @@ void vbi_peer_flush(struct vbi_peer *p)
 	bool frag = false;
 	struct vbi_lane *l;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	atomic_store(&p->corked, false);
 	atomic_store(&p->tx_pending, false);
 	for (pp = p->pubs; pp; pp = pp->next_in_peer)
@@ -331,5 +331,5 @@ void vbi_peer_flush(struct vbi_peer *p)
 		pp = pp->next_in_peer ? pp->next_in_peer : p->pubs;
 	}
 	vbi_rcu_leave();
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 }

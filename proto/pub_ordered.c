@@ -153,7 +153,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		a.seq = h->seq - 1;
 		vbi_pub_on_ack(node, peer, &a);
 	}
-	pthread_mutex_lock(&peer->txlock);
+	vbi_mutex_lock(&peer->txlock);
 	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
 		struct vb_pub *pub = pp->pub;
 
@@ -177,7 +177,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		pthread_mutex_unlock(&pub->lock);
 		break;
 	}
-	pthread_mutex_unlock(&peer->txlock);
+	vbi_mutex_unlock(&peer->txlock);
 	if (n) {
 		atomic_fetch_add(&ctx->st->retransmits, n);
 		atomic_fetch_add_explicit(&peer->retransmits, n, memory_order_relaxed);
@@ -222,7 +222,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	for (pp = pub->peers; pp; pp = pp->next_in_pub)
 		if (pp->peer == peer) {
 			/* re-subscribed after an UNSUB: start again from the next message */
-			pthread_mutex_lock(&peer->txlock);
+			vbi_mutex_lock(&peer->txlock);
 			pthread_mutex_lock(&pub->lock);
 			if (pp->dead && !peer->dead) {
 				vbi_pub_keep_acked(pub, pp); /* what it acknowledged before */
@@ -237,7 +237,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 				pp->mcast = vbi_mcast_peer_joined(pub, peer);
 			}
 			pthread_mutex_unlock(&pub->lock);
-			pthread_mutex_unlock(&peer->txlock);
+			vbi_mutex_unlock(&peer->txlock);
 			return;
 		}
 	pp = calloc(1, sizeof(*pp));
@@ -247,7 +247,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	}
 	pp->pub = pub;
 	pp->peer = peer;
-	pthread_mutex_lock(&peer->txlock);
+	vbi_mutex_lock(&peer->txlock);
 	pthread_mutex_lock(&pub->lock);
 	/* A late joiner starts with the next message. */
 	pp->joined = pp->sent = pp->acked =
@@ -262,7 +262,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 		pp->next_in_peer = peer->pubs;
 		peer->pubs = pp;
 	}
-	pthread_mutex_unlock(&peer->txlock);
+	vbi_mutex_unlock(&peer->txlock);
 	vbi_info("'%s' (%s) now reaches '%s'%s", pub->topic, pub->cls ? "FANOUT" : "ORDERED",
 		 peer->name, pp->mcast ? " through its multicast group" : "");
 }
@@ -271,7 +271,7 @@ void vbi_pub_detach_pp(struct vbi_pubpeer *pp)
 {
 	struct vbi_peer *peer = pp->peer;
 
-	pthread_mutex_lock(&peer->txlock);
+	vbi_mutex_lock(&peer->txlock);
 	for (struct vbi_pubpeer **q = &peer->pubs; *q; q = &(*q)->next_in_peer)
 		if (*q == pp) {
 			*q = pp->next_in_peer;
@@ -279,13 +279,13 @@ void vbi_pub_detach_pp(struct vbi_pubpeer *pp)
 		}
 	if (peer->rr == pp)
 		peer->rr = NULL;
-	pthread_mutex_unlock(&peer->txlock);
+	vbi_mutex_unlock(&peer->txlock);
 }
 
 /* @peer unsubscribed from @pub: stop sending to it and stop waiting for it. */
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 {
-	pthread_mutex_lock(&peer->txlock);
+	vbi_mutex_lock(&peer->txlock);
 	pthread_mutex_lock(&pub->lock);
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
 		if (pp->peer == peer && pp->end_pending) {
@@ -303,13 +303,13 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 		}
 	}
 	pthread_mutex_unlock(&pub->lock);
-	pthread_mutex_unlock(&peer->txlock);
+	vbi_mutex_unlock(&peer->txlock);
 }
 
 /* The peer failed: its cursors stop holding the windows back. */
 void vbi_pub_detach_peer(struct vbi_peer *peer)
 {
-	pthread_mutex_lock(&peer->txlock);
+	vbi_mutex_lock(&peer->txlock);
 	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
 		uint64_t before, after;
 
@@ -321,7 +321,7 @@ void vbi_pub_detach_peer(struct vbi_peer *peer)
 			pthread_cond_broadcast(&pp->pub->acked_cv);
 		pthread_mutex_unlock(&pp->pub->lock);
 	}
-	pthread_mutex_unlock(&peer->txlock);
+	vbi_mutex_unlock(&peer->txlock);
 }
 
 /* Failover: every ORDERED cursor to @peer goes back to what it
@@ -474,7 +474,7 @@ static void slow_send_ends(struct vb_pub *pub)
 					  .topic = pub->topic_id, .frag_off = VB_END_SLOW };
 		bool owed;
 
-		pthread_mutex_lock(&p->txlock);
+		vbi_mutex_lock(&p->txlock);
 		pthread_mutex_lock(&pub->lock);
 		owed = pp->end_pending && pp->cut;
 		h.seq = pp->sent; /* the last message framed to it: the END follows it */
@@ -495,7 +495,7 @@ static void slow_send_ends(struct vb_pub *pub)
 				pthread_mutex_unlock(&pub->lock);
 			}
 		}
-		pthread_mutex_unlock(&p->txlock);
+		vbi_mutex_unlock(&p->txlock);
 	}
 }
 

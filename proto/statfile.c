@@ -286,7 +286,7 @@ static void fill_peers(struct vbi_statfile *sf, struct stat_counts *k)
 				trunc = 1;
 				break;
 			}
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			act = vbi_path_lane(&p->path);
 			fill_peer(&po[np++], n, p, act, now);
 			for (struct vbi_lane *l = p->lanes; l; l = l->next) {
@@ -296,7 +296,7 @@ static void fill_peers(struct vbi_statfile *sf, struct stat_counts *k)
 				}
 				fill_lane(&lo[nl++], p, l, act);
 			}
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 		}
 		for (struct vb_pub *pub = n->pubs; pub; pub = pub->next)
 			fill_pub(sf, pub);

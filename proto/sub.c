@@ -222,11 +222,11 @@ static void ack_owed(struct vbi_rxs *r, bool urgent, bool delivered, bool nak)
 {
 	struct vbi_peer *p = r->peer;
 
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	ack_owed_locked(r, urgent, nak);
 	if (delivered && ++p->delivered_since_ack >= VBI_ACK_ALONE_AFTER)
 		atomic_store_explicit(&p->ack_due, true, memory_order_relaxed);
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 }
 
 /* A lane switch with @peer: every ORDERED stream from it owes an ACK, now.
@@ -475,9 +475,9 @@ static int send_unsub(struct vbi_peer *p, uint32_t topic)
 	int rc;
 
 	vbi_wire_put(buf, &h);
-	pthread_mutex_lock(&p->txlock);
+	vbi_mutex_lock(&p->txlock);
 	rc = vbi_peer_send_ctrl(p, buf, sizeof(buf));
-	pthread_mutex_unlock(&p->txlock);
+	vbi_mutex_unlock(&p->txlock);
 	return rc;
 }
 
@@ -563,7 +563,7 @@ static void final_acks(struct vb_node *node, bool in_cb)
 			struct vbi_lane *l;
 			int rc;
 
-			pthread_mutex_lock(&p->txlock);
+			vbi_mutex_lock(&p->txlock);
 			l = vbi_peer_lane(p);
 			if (l && p->up && !p->dead && !p->closing) {
 				bool more = false;
@@ -573,7 +573,7 @@ static void final_acks(struct vb_node *node, bool in_cb)
 				/* more than one SEND's worth, or refused for now */
 				again |= rc == 0 ? more : rc == -EAGAIN;
 			}
-			pthread_mutex_unlock(&p->txlock);
+			vbi_mutex_unlock(&p->txlock);
 		}
 		pthread_rwlock_unlock(&node->lock);
 		if (!again || in_cb || vbi_now_ms() - t0 > FINAL_ACK_MS)
@@ -612,14 +612,14 @@ int vbi_sub_destroy(struct vb_sub *sub)
 
 		sub->streams = r->next;
 		if (r->peer) {
-			pthread_mutex_lock(&r->peer->txlock);
+			vbi_mutex_lock(&r->peer->txlock);
 			if (r->in_dirty)
 				for (struct vbi_rxs **d = &r->peer->dirty; *d; d = &(*d)->next_dirty)
 					if (*d == r) {
 						*d = r->next_dirty;
 						break;
 					}
-			pthread_mutex_unlock(&r->peer->txlock);
+			vbi_mutex_unlock(&r->peer->txlock);
 		}
 		vbi_reasm_fini(&r->reasm);
 		free(r);
