@@ -74,6 +74,13 @@ void vbi_wire_walk_bctx(struct vbi_wire_walk *w, struct vbi_wire_bctx *bctx);
  */
 int vbi_wire_walk_next(struct vbi_wire_walk *w, struct vbi_wire_hdr *h, const uint8_t **pl);
 
+/* True when vbi_wire_walk_next() would return 0 (the end, no error): inline,
+ * so the end of a buffer costs no call. */
+static inline bool vbi_wire_walk_done(const struct vbi_wire_walk *w)
+{
+	return !w->err && !w->recs_left && w->off >= w->len;
+}
+
 /* The frames of a UD receive of @byte_len bytes at @slot: *@frames gets
  * slot + VBI_WIRE_UD_GRH; returns their length (0: nothing after the GRH,
  * an empty datagram). */

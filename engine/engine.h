@@ -486,6 +486,8 @@ struct vb_ctx {
 	 * (vbi_ud_repost_held); dropped by vbi_ud_teardown */
 	struct vbi_slot *ud_held[VBI_REPOST_BATCH];
 	uint32_t ud_nheld;
+	bool mc_held; /* the multicast QP's likewise (mcast.c; progress): the
+		       * round calls vbi_mcast_repost_held only then */
 
 	/* progress */
 	pthread_t thread;

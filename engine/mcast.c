@@ -211,6 +211,7 @@ void vbi_mcast_repost_held(struct vb_ctx *ctx)
 	uint32_t n, ok;
 	int rc;
 
+	ctx->mc_held = false;
 	if (!m || !(n = m->nheld))
 		return;
 	m->nheld = 0;
@@ -230,6 +231,7 @@ void vbi_mcast_repost(struct vb_ctx *ctx, struct vbi_slot *s)
 	if (atomic_load(&ctx->stop))
 		return;
 	m->held[m->nheld++] = s; /* the next round's start posts it */
+	ctx->mc_held = true;
 	if (m->nheld >= vbi_repost_batch(m->nslots))
 		vbi_mcast_repost_held(ctx);
 }

@@ -282,7 +282,8 @@ static int progress_round(struct vb_ctx *ctx)
 	/* the datagrams' slots the last round held */
 	if (ctx->ud_nheld)
 		vbi_ud_repost_held(ctx);
-	vbi_mcast_repost_held(ctx);
+	if (ctx->mc_held)
+		vbi_mcast_repost_held(ctx);
 	/* The per-peer round (flush, ACKs, credits, keepalives, control
 	 * frames) owed by the last round's completions, when another thread
 	 * asked for it (vbi_ctx_kick), or every AFTER_POLL_NS: an empty poll

@@ -306,7 +306,7 @@ static void dispatch_walk(struct vb_ctx *ctx, struct vbi_lane *l, struct vbi_wir
 	const uint8_t *pl;
 	int r;
 
-	while ((r = vbi_wire_walk_next(w, &h, &pl)) != 0) {
+	while (!vbi_wire_walk_done(w) && (r = vbi_wire_walk_next(w, &h, &pl)) != 0) {
 		struct vbi_peer *p = l->peer; /* set by the HELLO of an accepted lane */
 		enum frame_lock fl;
 		bool stop;

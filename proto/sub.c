@@ -265,8 +265,9 @@ static void nak_owed(struct vbi_rxs *r)
 /* Accept message @h of stream @r and queue its delivery. @owned: a buffer
  * holding @data that the delivery frees (NULL: @data is in the receive
  * buffer). Returns whether @owned was taken. */
-static bool deliver(struct vb_sub *sub, struct vbi_rxs *r, const struct vbi_wire_hdr *h,
-		    const void *data, size_t len, void *owned)
+static inline __attribute__((always_inline)) bool deliver(struct vb_sub *sub, struct vbi_rxs *r,
+							  const struct vbi_wire_hdr *h,
+							  const void *data, size_t len, void *owned)
 {
 	struct vb_ctx *ctx = sub->node->ctx;
 	uint64_t lost = 0;
