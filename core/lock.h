@@ -18,6 +18,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 typedef struct {
 	atomic_int v;
@@ -61,5 +62,40 @@ static inline void vbi_mutex_unlock(vbi_mutex_t *m)
 	if (atomic_exchange_explicit(&m->v, 0, memory_order_release) == 2)
 		vbi_mutex_wake_(m);
 }
+
+/*
+ * A condition variable for vbi_mutex_t, for broadcasts only: an event
+ * count (seq) waited on with a futex. A waiter reads seq under the mutex
+ * and sleeps only while it has not changed, so a broadcast made after
+ * it let the mutex go is never missed. Wake-ups may be spurious: wait in
+ * a loop on the condition. A broadcast with nobody waiting is no system
+ * call. Any thread.
+ */
+typedef struct {
+	atomic_uint seq;
+	atomic_uint waiters;
+} vbi_cond_t;
+
+static inline void vbi_cond_init(vbi_cond_t *c)
+{
+	atomic_init(&c->seq, 0);
+	atomic_init(&c->waiters, 0);
+}
+
+void vbi_cond_wake_all_(vbi_cond_t *c);
+
+/* Wake every thread waiting on @c. With the mutex held (its waiters count
+ * themselves under it). */
+static inline void vbi_cond_broadcast(vbi_cond_t *c)
+{
+	atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed);
+	if (atomic_load_explicit(&c->waiters, memory_order_relaxed))
+		vbi_cond_wake_all_(c);
+}
+
+/* Release @m (held), wait for a broadcast on @c or until @abs
+ * (CLOCK_REALTIME, as pthread_cond_timedwait's), take @m again. Returns
+ * ETIMEDOUT once @abs has passed, else 0 (a broadcast, or spurious). */
+int vbi_cond_timedwait(vbi_cond_t *c, vbi_mutex_t *m, const struct timespec *abs);
 
 #endif

@@ -105,7 +105,7 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct reaped 
 	p->dirty = NULL;
 	vbi_mutex_unlock(&p->txlock);
 	for (struct vb_pub *pub = node->pubs; pub; pub = pub->next) {
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		for (struct vbi_pubpeer **q = &pub->peers; *q;) {
 			struct vbi_pubpeer *pp = *q;
 
@@ -119,7 +119,7 @@ static void reap_detach(struct vb_node *node, struct vbi_peer *p, struct reaped 
 			pp->gone_next = g->pps;
 			g->pps = pp;
 		}
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 	}
 	vbi_sub_drop_peer(node, p, &g->streams);
 }

@@ -137,12 +137,12 @@ int vbi_node_dump(struct vb_node *node, FILE *f)
 				(unsigned)l->sr.outstanding, l->sr.n, atomic_load(&l->posted_recvs),
 				l->nslots, atomic_load_explicit(&l->to_return, memory_order_relaxed));
 		for (struct vbi_pubpeer *pp = p->pubs; pp; pp = pp->next_in_peer) {
-			pthread_mutex_lock(&pp->pub->lock);
+			vbi_mutex_lock(&pp->pub->lock);
 			fprintf(f, "    pub '%s': sent %llu high %llu acked %llu window next %llu%s\n",
 				pp->pub->topic, (unsigned long long)pp->sent,
 				(unsigned long long)pp->high, (unsigned long long)pp->acked,
 				(unsigned long long)pp->pub->win.next_seq, pp->dead ? " dead" : "");
-			pthread_mutex_unlock(&pp->pub->lock);
+			vbi_mutex_unlock(&pp->pub->lock);
 		}
 		vbi_mutex_unlock(&p->txlock);
 	}

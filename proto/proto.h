@@ -188,8 +188,8 @@ struct vb_pub {
 	uint32_t session;
 	vb_pub_attr_t attr;
 
-	pthread_mutex_t lock;
-	pthread_cond_t acked_cv;
+	vbi_mutex_t lock;
+	vbi_cond_t acked_cv;        /* broadcast under lock when acknowledgements move */
 	struct vbi_txwin win;      /* ORDERED */
 	atomic_bool win_full;      /* ORDERED: the last push found the window
 				    * full (a hint; vb_publish checks under lock) */

@@ -170,7 +170,7 @@ static int retain_full(struct vb_pub *pub, bool bytes)
 		copy_name(w.who, sizeof(w.who), slow->peer->name, sizeof(slow->peer->name));
 		w.held_ms = now > slow->stall_ns ? (now - slow->stall_ns) / 1000000 : 0;
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	vbi_pub_refused(pub);
 	return vbi_err_lazy(-EAGAIN, full_fmt, &w, sizeof(w));
 }
@@ -200,7 +200,7 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 	m->flags = VBI_WF_FIRST | VBI_WF_LAST;
 	if (pub->attr.ack_quorum)
 		m->flags |= VBI_WF_ACK_REQ;
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	if (pub->attr.retain_bytes && pub->retained &&
 	    pub->retained + m->len > pub->attr.retain_bytes) {
 		rc = retain_full(pub, true);
@@ -222,7 +222,7 @@ int vbi_pub_commit(struct vb_pub *pub, vb_claim_t *claim, size_t len, uint64_t *
 		}
 	if (!nt)
 		vbi_pub_release(pub); /* nobody to wait for */
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	claim->priv_ = NULL;
 	atomic_fetch_add_explicit(&ctx->st->published, 1, memory_order_relaxed);
 	/* Cork batching: a publish to a connection with no SEND in flight is
@@ -312,19 +312,19 @@ int vbi_pub_wait_acked(struct vb_pub *pub, uint64_t seq, int timeout_ms)
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000;
 	}
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	/* k connected subscribers have it, or k had it when they acknowledged
 	 * (the k-of-n sequence never goes back: one that delivered it and left
 	 * since still counts) */
 	while (acked_by(pub, seq) < pub->attr.ack_quorum && pub->quorum_seq < seq) {
 		if (ctx->thread_running) {
-			rc = pthread_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
+			rc = vbi_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
 		} else {
 			struct timespec now;
 
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			vbi_progress_app(ctx);
-			pthread_mutex_lock(&pub->lock);
+			vbi_mutex_lock(&pub->lock);
 			clock_gettime(CLOCK_REALTIME, &now);
 			if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec))
 				rc = ETIMEDOUT;
@@ -332,13 +332,13 @@ int vbi_pub_wait_acked(struct vb_pub *pub, uint64_t seq, int timeout_ms)
 		if (rc == ETIMEDOUT) {
 			unsigned have = acked_by(pub, seq);
 
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			return vbi_err(-ETIMEDOUT, "'%s' seq %llu: %u of %u acknowledgements after %d ms "
 				       "(%u subscribers)", pub->topic, (unsigned long long)seq, have,
 				       pub->attr.ack_quorum, timeout_ms, pub->npeers);
 		}
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	return 0;
 }
 
@@ -374,8 +374,8 @@ int vbi_pub_create(struct vb_node *node, const char *topic, vb_class_t cls,
 	pub->backpressure = &pub->bp_own;
 	pub->stat_slot = -1;
 	pub->session = random_session();
-	pthread_mutex_init(&pub->lock, NULL);
-	pthread_cond_init(&pub->acked_cv, NULL);
+	vbi_mutex_init(&pub->lock);
+	vbi_cond_init(&pub->acked_cv);
 	if (cls == VB_ORDERED && (rc = vbi_txwin_init(&pub->win, node->ctx->attr.window, 1))) {
 		free(pub);
 		return rc;
@@ -409,10 +409,10 @@ int vbi_pub_subscribers(struct vb_pub *pub)
 {
 	int n = 0;
 
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub)
 		n += !pp->dead;
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	return n;
 }
 
@@ -437,7 +437,7 @@ static uint64_t linger(struct vb_pub *pub, unsigned ms)
 	struct vb_ctx *ctx = pub->node->ctx;
 	uint64_t end = vbi_now_ns() + (uint64_t)ms * 1000000, left;
 
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	while ((left = unacked(pub)) && vbi_now_ns() < end) {
 		if (ctx->thread_running) {
 			/* short slices: a subscriber given up wakes nobody */
@@ -449,14 +449,14 @@ static uint64_t linger(struct vb_pub *pub, unsigned ms)
 				dl.tv_sec++;
 				dl.tv_nsec -= 1000000000;
 			}
-			pthread_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
+			vbi_cond_timedwait(&pub->acked_cv, &pub->lock, &dl);
 		} else {
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			vbi_progress_app(ctx);
-			pthread_mutex_lock(&pub->lock);
+			vbi_mutex_lock(&pub->lock);
 		}
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	return left;
 }
 
@@ -523,8 +523,7 @@ int vbi_pub_destroy(struct vb_pub *pub)
 	if (pub->batch)
 		vbi_msg_put(pub->batch);
 	vbi_mcast_pub_close(pub);
-	pthread_cond_destroy(&pub->acked_cv);
-	pthread_mutex_destroy(&pub->lock);
+	vbi_mutex_destroy(&pub->lock);
 	if (left) {
 		int rc = vbi_err(-ETIMEDOUT, "'%s': %llu messages not acknowledged by every "
 				 "subscriber within %u ms; released", pub->topic,

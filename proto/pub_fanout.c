@@ -235,12 +235,12 @@ static unsigned fanout_post_ready(struct vb_ctx *ctx, struct vb_pub *pub, bool p
 	unsigned nt, nd, k, left;
 
 	vbi_rcu_enter(); /* the targets stay (vbi_node_reap) */
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL);
 	k = fanout_take(ctx, pub, partial, nd ? nd : 1, d, &left);
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	fanout_post_taken(ctx, pub, d, k, targets, nt, grp);
 	vbi_rcu_leave();
 	return left;
@@ -301,7 +301,7 @@ void vbi_pub_fanout_close(struct vb_pub *pub)
 			break;
 		vbi_progress_or_nap(ctx); /* completions make room */
 	}
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	if (pub->batch && pub->ready_n < VBI_FANOUT_READY)
 		seal_batch(ctx, pub);
 	while (pub->ready_n) {
@@ -309,7 +309,7 @@ void vbi_pub_fanout_close(struct vb_pub *pub)
 		pub->ready_head = (pub->ready_head + 1) % VBI_FANOUT_READY;
 		pub->ready_n--;
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 }
 
 /* @m, which fits one datagram, as the next record of @pub's batch (its
@@ -363,11 +363,11 @@ static int fanout_send_small(struct vb_ctx *ctx, struct vb_pub *pub, struct vbi_
 	int rc;
 
 	for (int tries = 0;; tries++) {
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		rc = fanout_append(ctx, pub, m, seq);
 		idle = !rc && !pub->ready_n &&
 		       (!ctx->cork || !atomic_load(&ctx->ud_sr.sig_inflight));
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		if (rc != -EAGAIN || tries)
 			break;
 		pthread_mutex_lock(&ctx->ud_lock); /* back-pressure: post them here */
@@ -411,7 +411,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	uint32_t lens[VBI_MEMPOOL_MAX_ALLOC / 256 + 1];
 	const struct vbt_mcast *grp;
 	unsigned nt, nd, k, left;
-	uint64_t seq;
+	uint64_t seq = 0; /* set by either way of sending (GCC cannot tell) */
 	int rc = 0;
 
 	if (atomic_load(&ctx->ud_gone))
@@ -430,14 +430,14 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	/* fragmented: what is batched goes first, then every datagram */
 	pthread_mutex_lock(&ctx->ud_lock);
 	vbi_rcu_enter();
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	nt = fanout_targets(pub, targets, VBI_MAX_PEERS);
 	grp = vbi_mcast_pub_group(pub);
 	nd = nt + (grp != NULL); /* destinations: one per unicast target, one group */
 	k = fanout_take(ctx, pub, true, nd ? nd : 1, d, &left);
 	fanout_post_taken(ctx, pub, d, k, targets, nt, grp);
 	if (left || !ctx->ud_qp || ud_room(ctx) < nd * nfrag) {
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		vbi_rcu_leave();
 		pthread_mutex_unlock(&ctx->ud_lock);
 		fanout_mark_left(ctx, left);
@@ -467,7 +467,7 @@ int vbi_fanout_send(struct vb_pub *pub, struct vbi_msg **mp, uint64_t *seq_out)
 	}
 	atomic_fetch_add_explicit(&ctx->st->frames_sent, nfrag, memory_order_relaxed);
 	fanout_post(ctx, pub, m, nfrag, lens, targets, nt, grp);
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	vbi_rcu_leave();
 	pthread_mutex_unlock(&ctx->ud_lock);
 done:
@@ -519,11 +519,11 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 			if (pub->cls != VB_FANOUT)
 				continue;
 			pthread_mutex_lock(&ctx->ud_lock);
-			pthread_mutex_lock(&pub->lock);
+			vbi_mutex_lock(&pub->lock);
 			if (!ctx->ud_qp || !pub->fanout_seq || pub->batch || pub->ready_n ||
 			    now - pub->last_pub_ms < 50 ||
 			    (pub->hb_seq == pub->fanout_seq && now < pub->hb_due_ms)) {
-				pthread_mutex_unlock(&pub->lock);
+				vbi_mutex_unlock(&pub->lock);
 				pthread_mutex_unlock(&ctx->ud_lock);
 				continue;
 			}
@@ -574,7 +574,7 @@ void vbi_pub_heartbeats(struct vb_ctx *ctx, uint64_t now)
 			}
 			pub->hb_sent++;
 			pub->hb_due_ms = now + hb_interval_ms(pub->hb_sent);
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			pthread_mutex_unlock(&ctx->ud_lock);
 		}
 	}

@@ -67,7 +67,7 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		atomic_fetch_add(&m->refs, 1);
 		s->msg = m;
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	if (++l->sr.since_signal >= l->sr.n / 4 || (h.flags & VBI_WF_LAST) ||
 	    l->sr.outstanding >= l->sr.n - 1) {
 		wr.flags = VBT_SEND_SIGNALED;
@@ -88,7 +88,7 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		return rc;
 	}
 	vbi_lane_count_send(l);
-	pthread_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
+	vbi_mutex_lock(&pub->lock); /* pp->sent is read under it (acks) */
 	pp->frag_sent += flen;
 	if (pp->frag_sent == m->len) {
 		pp->frag_sent = 0;
@@ -96,7 +96,7 @@ static int frame_fragment(struct vbi_lane *l, struct vbi_pubpeer *pp, struct vbi
 		if (pp->sent > pp->high)
 			pp->high = pp->sent;
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	return 1;
 }
 
@@ -170,7 +170,7 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 	}
 	if (pp->sent > pp->high)
 		pp->high = pp->sent;
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	if (!off) { /* nothing fitted (cannot happen: the caller's cap holds one) */
 		vbi_sring_untake(&l->sr);
 		return 0;
@@ -186,9 +186,9 @@ static int frame_batch(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpee
 		frame_count(ctx, frames, compact, -1);
 		if (acks)
 			vbi_peer_acks_count(p, acks_upto, -1);
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		pp->sent -= frames;
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		vbi_sring_untake(&l->sr);
 		l->tx_bctx.next_seq = 0; /* the peer did not get it: no continuation */
 		return rc;
@@ -215,9 +215,9 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	const struct vbi_txent *e;
 	struct vbi_msg *m;
 
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	if (pp->dead) {
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		vbi_sring_untake(&l->sr);
 		return 0;
 	}
@@ -233,7 +233,7 @@ static int frame_one(struct vbi_peer *p, struct vbi_lane *l, struct vbi_pubpeer 
 	e = vbi_txwin_get(&pub->win, pp->sent + 1);
 	if (!e) {
 		/* nothing to send, or released without this peer's ack (dead) */
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		vbi_sring_untake(&l->sr);
 		return 0;
 	}

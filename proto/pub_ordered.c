@@ -98,11 +98,11 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 		if (pub->session != h->session || pub->topic_id != h->topic ||
 		    pub->cls != VB_ORDERED)
 			continue;
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		for (pp = pub->peers; pp && pp->peer != peer; pp = pp->next_in_pub)
 			;
 		if (!pp || h->seq > pp->high) {
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			atomic_fetch_add(&ctx->st->malformed, 1);
 			vbi_event(ctx, VB_EV_PROTOCOL, peer->name,
 				  "ACK for '%s' seq %llu: never sent to this peer", pub->topic,
@@ -125,8 +125,8 @@ void vbi_pub_on_ack(struct vb_node *node, struct vbi_peer *peer, const struct vb
 			vbi_warn("'%s': acknowledgement of %llu not reported: no memory", pub->topic,
 				 (unsigned long long)after);
 		if (after != before || pub->win.acked != win_before)
-			pthread_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
-		pthread_mutex_unlock(&pub->lock);
+			vbi_cond_broadcast(&pub->acked_cv); /* wait_acked, destroy's linger */
+		vbi_mutex_unlock(&pub->lock);
 		return;
 	}
 }
@@ -159,7 +159,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 
 		if (pub->session != h->session || pub->topic_id != h->topic)
 			continue;
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		if (!pp->dead) {
 			struct vbi_txcursor c = { .sent = pp->sent, .high = pp->high,
 						  .acked = pp->acked, .frag_sent = pp->frag_sent,
@@ -174,7 +174,7 @@ void vbi_pub_on_nak(struct vb_node *node, struct vbi_peer *peer, const struct vb
 				atomic_store(&peer->tx_pending, true);
 			}
 		}
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		break;
 	}
 	vbi_mutex_unlock(&peer->txlock);
@@ -197,7 +197,7 @@ uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_n
 	uint64_t n = 0;
 
 	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
-		pthread_mutex_lock(&pp->pub->lock);
+		vbi_mutex_lock(&pp->pub->lock);
 		if (!pp->dead && pp->high > pp->acked &&
 		    now_ns - pp->progress_ns > rto_ns << pp->rto_shift) {
 			n += pp->sent > pp->acked ? pp->sent - pp->acked : 0;
@@ -208,7 +208,7 @@ uint64_t vbi_pub_rto_peer(struct vbi_peer *peer, uint64_t now_ns, uint64_t rto_n
 			if (pp->rto_shift < 4)
 				pp->rto_shift++;
 		}
-		pthread_mutex_unlock(&pp->pub->lock);
+		vbi_mutex_unlock(&pp->pub->lock);
 	}
 	return n;
 }
@@ -223,7 +223,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 		if (pp->peer == peer) {
 			/* re-subscribed after an UNSUB: start again from the next message */
 			vbi_mutex_lock(&peer->txlock);
-			pthread_mutex_lock(&pub->lock);
+			vbi_mutex_lock(&pub->lock);
 			if (pp->dead && !peer->dead) {
 				vbi_pub_keep_acked(pub, pp); /* what it acknowledged before */
 				pp->joined = pp->sent = pp->acked = pub->cls == VB_ORDERED
@@ -236,7 +236,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 				pp->stall_ns = 0;
 				pp->mcast = vbi_mcast_peer_joined(pub, peer);
 			}
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			vbi_mutex_unlock(&peer->txlock);
 			return;
 		}
@@ -248,7 +248,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	pp->pub = pub;
 	pp->peer = peer;
 	vbi_mutex_lock(&peer->txlock);
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	/* A late joiner starts with the next message. */
 	pp->joined = pp->sent = pp->acked =
 		pub->cls == VB_ORDERED ? pub->win.next_seq - 1 : pub->fanout_seq;
@@ -257,7 +257,7 @@ void vbi_pub_attach(struct vb_pub *pub, struct vbi_peer *peer)
 	pp->next_in_pub = pub->peers;
 	vbi_rcu_assign(pub->peers, pp); /* slow_send_ends reads with no lock */
 	pub->npeers++;
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	if (pub->cls == VB_ORDERED) {
 		pp->next_in_peer = peer->pubs;
 		peer->pubs = pp;
@@ -286,7 +286,7 @@ void vbi_pub_detach_pp(struct vbi_pubpeer *pp)
 void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 {
 	vbi_mutex_lock(&peer->txlock);
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	for (struct vbi_pubpeer *pp = pub->peers; pp; pp = pp->next_in_pub) {
 		if (pp->peer == peer && pp->end_pending) {
 			/* it left on its own: no END owed any more */
@@ -299,10 +299,10 @@ void vbi_pub_drop_peer(struct vb_pub *pub, struct vbi_peer *peer)
 			pp->dead = true;
 			pp->frag_sent = 0;
 			if (pub->cls == VB_ORDERED && vbi_pub_release(pub) != before)
-				pthread_cond_broadcast(&pub->acked_cv);
+				vbi_cond_broadcast(&pub->acked_cv);
 		}
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	vbi_mutex_unlock(&peer->txlock);
 }
 
@@ -313,13 +313,13 @@ void vbi_pub_detach_peer(struct vbi_peer *peer)
 	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
 		uint64_t before, after;
 
-		pthread_mutex_lock(&pp->pub->lock);
+		vbi_mutex_lock(&pp->pub->lock);
 		pp->dead = true;
 		before = pp->pub->quorum_seq;
 		after = vbi_pub_release(pp->pub);
 		if (before != after)
-			pthread_cond_broadcast(&pp->pub->acked_cv);
-		pthread_mutex_unlock(&pp->pub->lock);
+			vbi_cond_broadcast(&pp->pub->acked_cv);
+		vbi_mutex_unlock(&pp->pub->lock);
 	}
 	vbi_mutex_unlock(&peer->txlock);
 }
@@ -333,7 +333,7 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 	uint64_t n = 0;
 
 	for (struct vbi_pubpeer *pp = peer->pubs; pp; pp = pp->next_in_peer) {
-		pthread_mutex_lock(&pp->pub->lock);
+		vbi_mutex_lock(&pp->pub->lock);
 		if (!pp->dead && pp->sent > pp->acked) {
 			n += pp->sent - pp->acked;
 			pp->sent = pp->acked;
@@ -343,7 +343,7 @@ uint64_t vbi_pub_rewind_peer(struct vbi_peer *peer)
 		pp->rto_shift = 0;
 		if (pp->stall_ns) /* a new connection: the slow clock restarts */
 			pp->stall_ns = pp->progress_ns;
-		pthread_mutex_unlock(&pp->pub->lock);
+		vbi_mutex_unlock(&pp->pub->lock);
 	}
 	atomic_store(&peer->tx_pending, true);
 	return n;
@@ -395,7 +395,7 @@ static void slow_cut(struct vb_pub *pub)
 
 	unsigned connected = 0;
 
-	pthread_mutex_lock(&pub->lock);
+	vbi_mutex_lock(&pub->lock);
 	/* read under the lock: publishing threads set stall clocks to their
 	 * own now, which must not be later than ours */
 	now = vbi_now_ns();
@@ -454,9 +454,9 @@ static void slow_cut(struct vb_pub *pub)
 		uint64_t before = pub->quorum_seq, win_before = pub->win.acked;
 
 		if (vbi_pub_release(pub) != before || pub->win.acked != win_before)
-			pthread_cond_broadcast(&pub->acked_cv);
+			vbi_cond_broadcast(&pub->acked_cv);
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 }
 
 /* Send the END frames @pub owes its cut subscribers (retried each round
@@ -475,10 +475,10 @@ static void slow_send_ends(struct vb_pub *pub)
 		bool owed;
 
 		vbi_mutex_lock(&p->txlock);
-		pthread_mutex_lock(&pub->lock);
+		vbi_mutex_lock(&pub->lock);
 		owed = pp->end_pending && pp->cut;
 		h.seq = pp->sent; /* the last message framed to it: the END follows it */
-		pthread_mutex_unlock(&pub->lock);
+		vbi_mutex_unlock(&pub->lock);
 		if (owed) {
 			vbi_wire_put(buf, &h);
 			if (atomic_load(&p->dead)) {
@@ -487,12 +487,12 @@ static void slow_send_ends(struct vb_pub *pub)
 				owed = false; /* no credit yet: next round */
 			}
 			if (owed) {
-				pthread_mutex_lock(&pub->lock);
+				vbi_mutex_lock(&pub->lock);
 				if (pp->end_pending) {
 					pp->end_pending = false;
 					pub->ends_pending--;
 				}
-				pthread_mutex_unlock(&pub->lock);
+				vbi_mutex_unlock(&pub->lock);
 			}
 		}
 		vbi_mutex_unlock(&p->txlock);
@@ -516,9 +516,9 @@ void vbi_pub_slow_check(struct vb_ctx *ctx, uint64_t now)
 				continue;
 			if (pub->attr.slow_policy == VB_SLOW_CUT)
 				slow_cut(pub);
-			pthread_mutex_lock(&pub->lock);
+			vbi_mutex_lock(&pub->lock);
 			owed = pub->ends_pending;
-			pthread_mutex_unlock(&pub->lock);
+			vbi_mutex_unlock(&pub->lock);
 			if (owed)
 				slow_send_ends(pub);
 		}

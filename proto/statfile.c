@@ -239,7 +239,7 @@ static void fill_pub(struct vbi_statfile *sf, struct vb_pub *pub)
 	if (pub->stat_slot < 0)
 		return; /* no slot: truncated */
 	o = (struct vbi_stat_pub *)(void *)((char *)h + h->pubs_off) + pub->stat_slot;
-	pthread_mutex_lock(&pub->lock); /* FANOUT: fanout_seq is written under it too */
+	vbi_mutex_lock(&pub->lock); /* FANOUT: fanout_seq is written under it too */
 	t.subscribers = pub->npeers;
 	if (pub->cls == VB_ORDERED) {
 		t.published = pub->win.next_seq - 1;
@@ -251,7 +251,7 @@ static void fill_pub(struct vbi_statfile *sf, struct vb_pub *pub)
 	} else {
 		t.published = pub->fanout_seq;
 	}
-	pthread_mutex_unlock(&pub->lock);
+	vbi_mutex_unlock(&pub->lock);
 	t.ack_quorum = pub->attr.ack_quorum;
 	seq_begin(h); /* subscribers .. retained_bytes: all but backpressure */
 	memcpy(&o->subscribers, &t.subscribers, PUB_SAMPLED);

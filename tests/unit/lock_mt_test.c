@@ -11,7 +11,12 @@
  * holds it, taken again once that thread let it go.
  * test_waiter_woken: a thread blocked in the contended path (the futex
  * wait) is woken by the unlock and gets the lock; after everyone is done
- * the mutex reads free (0). Every wait here is bounded.
+ * the mutex reads free (0).
+ * test_cond_timeout: vbi_cond_timedwait with nobody broadcasting returns
+ * ETIMEDOUT once its deadline passed (not before), the mutex held again.
+ * test_cond_broadcast: WAITERS threads wait for a flag in a loop (10 s
+ * deadlines); the flag set and broadcast under the mutex wakes them all,
+ * none by its deadline. Every wait here is bounded.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +25,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <time.h>
 #include <cmocka.h>
 
@@ -138,12 +144,93 @@ static void test_waiter_woken(void **state)
 	assert_int_equal(atomic_load(&mu.v), 0);
 }
 
+static void deadline_in(struct timespec *dl, long ms)
+{
+	clock_gettime(CLOCK_REALTIME, dl);
+	dl->tv_sec += ms / 1000;
+	dl->tv_nsec += (ms % 1000) * 1000000L;
+	if (dl->tv_nsec >= 1000000000L) {
+		dl->tv_sec++;
+		dl->tv_nsec -= 1000000000L;
+	}
+}
+
+static void test_cond_timeout(void **state)
+{
+	vbi_cond_t c;
+	struct timespec dl, now;
+	int rc = 0;
+
+	(void)state;
+	vbi_mutex_init(&mu);
+	vbi_cond_init(&c);
+	deadline_in(&dl, 50);
+	vbi_mutex_lock(&mu);
+	while (rc != ETIMEDOUT) /* a spurious return may come first */
+		rc = vbi_cond_timedwait(&c, &mu, &dl);
+	clock_gettime(CLOCK_REALTIME, &now);
+	assert_true(now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec >= dl.tv_nsec));
+	assert_int_equal(atomic_load(&mu.v), 1); /* held again, by us */
+	vbi_mutex_unlock(&mu);
+	assert_int_equal(atomic_load(&c.waiters), 0);
+}
+
+#define WAITERS 3
+static vbi_cond_t cv;
+static bool flag;          /* under mu */
+static atomic_int woke, timed_out;
+
+static void *flag_waiter(void *arg)
+{
+	struct timespec dl;
+
+	(void)arg;
+	deadline_in(&dl, 10000);
+	vbi_mutex_lock(&mu);
+	/* the broadcast comes within milliseconds: reaching the deadline
+	 * means it did not wake this thread, flag set or not */
+	while (!flag)
+		if (vbi_cond_timedwait(&cv, &mu, &dl) == ETIMEDOUT) {
+			atomic_fetch_add(&timed_out, 1);
+			break;
+		}
+	vbi_mutex_unlock(&mu);
+	atomic_fetch_add(&woke, 1);
+	return NULL;
+}
+
+static void test_cond_broadcast(void **state)
+{
+	pthread_t t[WAITERS];
+
+	(void)state;
+	vbi_mutex_init(&mu);
+	vbi_cond_init(&cv);
+	flag = false;
+	for (int i = 0; i < WAITERS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, flag_waiter, NULL), 0);
+	/* all of them in the wait (each counted itself under mu), 10 s at most */
+	for (int i = 0; i < 10000 && atomic_load(&cv.waiters) != WAITERS; i++)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	assert_int_equal(atomic_load(&cv.waiters), WAITERS);
+	vbi_mutex_lock(&mu);
+	flag = true;
+	vbi_cond_broadcast(&cv);
+	vbi_mutex_unlock(&mu);
+	assert_true(wait_for(&woke, WAITERS));
+	for (int i = 0; i < WAITERS; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(atomic_load(&timed_out), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mutual_exclusion),
 		cmocka_unit_test(test_trylock),
 		cmocka_unit_test(test_waiter_woken),
+		cmocka_unit_test(test_cond_timeout),
+		cmocka_unit_test(test_cond_broadcast),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
