@@ -25,7 +25,6 @@ const char *vbi_wire_err_name(enum vbi_wire_err e)
 }
 
 static void put16(uint8_t *p, uint16_t v) { v = htole16(v); memcpy(p, &v, 2); }
-static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
 static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return le16toh(v); }
 static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
@@ -48,13 +47,13 @@ void vbi_wire_put(void *buf, const struct vbi_wire_hdr *h)
 	p[OFF_TYPE] = h->type;
 	put16(p + OFF_FLAGS, h->flags);
 	put16(p + OFF_RSVD, 0);
-	put32(p + OFF_SESSION, h->session);
-	put32(p + OFF_TOPIC, h->topic);
-	put32(p + OFF_EPOCH, h->epoch);
-	put32(p + OFF_LEN, h->len);
+	vbi_wire_put_le32(p + OFF_SESSION, h->session);
+	vbi_wire_put_le32(p + OFF_TOPIC, h->topic);
+	vbi_wire_put_le32(p + OFF_EPOCH, h->epoch);
+	vbi_wire_put_le32(p + OFF_LEN, h->len);
 	put64(p + OFF_SEQ, h->seq);
-	put32(p + OFF_FRAG_OFF, h->frag_off);
-	put32(p + OFF_MSG_LEN, h->msg_len);
+	vbi_wire_put_le32(p + OFF_FRAG_OFF, h->frag_off);
+	vbi_wire_put_le32(p + OFF_MSG_LEN, h->msg_len);
 }
 
 void vbi_wire_cput(void *buf, uint16_t flags)

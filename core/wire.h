@@ -13,6 +13,7 @@
 #ifndef VERBUS_CORE_WIRE_H
 #define VERBUS_CORE_WIRE_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -127,6 +128,14 @@ struct vbi_wire_bctx {
 /* Write the compact BATCH header with @flags (ACK_REQ, RETRANS) at @buf. */
 void vbi_wire_cput(void *buf, uint16_t flags);
 
+/* @v little-endian at @p (any alignment); the header's fields are written
+ * with it too (wire.c). */
+static inline void vbi_wire_put_le32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
 /* Write one record of @len bytes at @dst (payload from @payload, which is
  * either where the record's payload goes, dst + VBI_WIRE_REC_HDR, or does
  * not overlap it) and return its size (vbi_wire_rec_size). Inline: one
@@ -136,11 +145,7 @@ static inline size_t vbi_wire_rec_put(uint8_t *dst, const void *payload, uint32_
 	size_t n = vbi_wire_rec_size(len), pad = n - VBI_WIRE_REC_HDR - len; /* 0..3 */
 	uint8_t *z = dst + VBI_WIRE_REC_HDR + len;
 
-	/* the length, little-endian, byte by byte (any alignment) */
-	dst[0] = (uint8_t)len;
-	dst[1] = (uint8_t)(len >> 8);
-	dst[2] = (uint8_t)(len >> 16);
-	dst[3] = (uint8_t)(len >> 24);
+	vbi_wire_put_le32(dst, len);
 	if (payload != dst + VBI_WIRE_REC_HDR) /* in place: nothing to copy */
 		memcpy(dst + VBI_WIRE_REC_HDR, payload, len);
 	/* the padding byte by byte: a memset() is a call */

@@ -135,8 +135,6 @@ static bool data_lane_moved(struct vb_ctx *ctx, struct vbi_peer *p, struct vbi_l
 			vbi_sub_peer_lane_changed(p->node, p);
 		p->rx_lane_id = id;
 	}
-	/* go-back-N on UC/UD: a hole is a loss to recover, not a fault */
-	p->rx_unreliable = l->mode != VB_QPT_RC;
 	return true;
 }
 
@@ -147,8 +145,9 @@ static inline __attribute__((always_inline)) bool data_lane_ok(struct vb_ctx *ct
 {
 	uint32_t id = __atomic_load_n(&l->id, __ATOMIC_RELAXED); /* a promotion renumbers */
 
-	if (id != p->rx_lane_id)
-		return data_lane_moved(ctx, p, l, id);
+	if (id != p->rx_lane_id && !data_lane_moved(ctx, p, l, id))
+		return false;
+	/* go-back-N on UC/UD: a hole is a loss to recover, not a fault */
 	p->rx_unreliable = l->mode != VB_QPT_RC;
 	return true;
 }
