@@ -128,8 +128,8 @@ struct vbi_wire_bctx {
 /* Write the compact BATCH header with @flags (ACK_REQ, RETRANS) at @buf. */
 void vbi_wire_cput(void *buf, uint16_t flags);
 
-/* @v little-endian at @p (any alignment); the header's fields are written
- * with it too (wire.c). */
+/* @v little-endian at @p (any alignment): the 32-bit fields of verbus's
+ * frames (headers, records, HELLO, the UD address, auth). */
 static inline void vbi_wire_put_le32(uint8_t *p, uint32_t v)
 {
 	v = htole32(v);

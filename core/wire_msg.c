@@ -4,7 +4,6 @@
 #include <endian.h>
 #include <string.h>
 
-static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return le16toh(v); }
 static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
 static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
@@ -193,24 +192,24 @@ int vbi_wire_hello_decode(const uint8_t *pl, uint32_t len, struct vbi_wire_hello
 void vbi_wire_hello_encode(const struct vbi_wire_hello *in, uint8_t *pl)
 {
 	memset(pl, 0, VBI_WIRE_HELLO_LEN_AUTH);
-	put32(pl + HELLO_VERSION, in->version);
-	put32(pl + HELLO_UD_QPN, in->ud_qpn);
-	put32(pl + HELLO_UD_QKEY, in->ud_qkey);
+	vbi_wire_put_le32(pl + HELLO_VERSION, in->version);
+	vbi_wire_put_le32(pl + HELLO_UD_QPN, in->ud_qpn);
+	vbi_wire_put_le32(pl + HELLO_UD_QKEY, in->ud_qkey);
 	memcpy(pl + HELLO_GID, in->gid, 16);
-	put32(pl + HELLO_SLOTS, in->slots);
-	put32(pl + HELLO_SLOT_SIZE, in->slot_size);
-	put32(pl + HELLO_MAX_MSG, in->max_msg);
+	vbi_wire_put_le32(pl + HELLO_SLOTS, in->slots);
+	vbi_wire_put_le32(pl + HELLO_SLOT_SIZE, in->slot_size);
+	vbi_wire_put_le32(pl + HELLO_MAX_MSG, in->max_msg);
 	memcpy(pl + HELLO_NAME, in->name, strnlen(in->name, VBI_WIRE_NAME_MAX - 1));
 	put64(pl + HELLO_UID, in->uid);
-	put32(pl + HELLO_LANE, in->lane);
-	put32(pl + HELLO_ROLE, in->role);
-	put32(pl + HELLO_SB_FAMILY, in->sb_family);
-	put32(pl + HELLO_SB_PORT, in->sb_port);
+	vbi_wire_put_le32(pl + HELLO_LANE, in->lane);
+	vbi_wire_put_le32(pl + HELLO_ROLE, in->role);
+	vbi_wire_put_le32(pl + HELLO_SB_FAMILY, in->sb_family);
+	vbi_wire_put_le32(pl + HELLO_SB_PORT, in->sb_port);
 	memcpy(pl + HELLO_SB_ADDR, in->sb_addr, 16);
-	put32(pl + HELLO_MODE, in->mode);
-	put32(pl + HELLO_UC_PORT, in->uc_port);
-	put32(pl + HELLO_UD_PORT, in->ud_port);
-	put32(pl + VBI_WIRE_HELLO_AUTH_OFF, in->auth_flags);
+	vbi_wire_put_le32(pl + HELLO_MODE, in->mode);
+	vbi_wire_put_le32(pl + HELLO_UC_PORT, in->uc_port);
+	vbi_wire_put_le32(pl + HELLO_UD_PORT, in->ud_port);
+	vbi_wire_put_le32(pl + VBI_WIRE_HELLO_AUTH_OFF, in->auth_flags);
 	memcpy(pl + VBI_WIRE_HELLO_NONCE_OFF, in->nonce, VBI_WIRE_NONCE);
 }
 
@@ -274,8 +273,8 @@ uint32_t vbi_wire_udaddr_encode(void *buf, const struct vbi_wire_udaddr *a)
 	uint8_t *pl = (uint8_t *)buf + VBI_WIRE_HDR_LEN;
 
 	vbi_wire_put(buf, &h);
-	put32(pl, a->qpn);
-	put32(pl + 4, a->qkey);
+	vbi_wire_put_le32(pl, a->qpn);
+	vbi_wire_put_le32(pl + 4, a->qkey);
 	memcpy(pl + 8, a->gid, 16);
 	return VBI_WIRE_HDR_LEN + VBI_WIRE_UDADDR_LEN;
 }

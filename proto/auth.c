@@ -40,7 +40,6 @@
 #define LABEL_ACCEPT "verbus-auth-1 accept"
 #define LABEL_CONNECT "verbus-auth-1 connect"
 
-static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
 
 /* ---- the key ------------------------------------------------------------------------- */
@@ -196,7 +195,7 @@ void vbi_hello_auth_put(struct vbi_lane *l, uint8_t *pl)
 {
 	bool connector = l->peer && l->peer->connector;
 
-	put32(pl + VBI_HELLO_AUTH_OFF, keyed(l) ? 1u : 0u);
+	vbi_wire_put_le32(pl + VBI_HELLO_AUTH_OFF, keyed(l) ? 1u : 0u);
 	if (!connector) {
 		memcpy(pl + VBI_HELLO_NONCE_OFF, l->auth->nonce, VBI_AUTH_NONCE);
 		return;
