@@ -427,6 +427,11 @@ struct vb_node {
 	pthread_t maint_thread;
 	bool maint_running;
 	int wake_fd;               /* eventfd: vbi_maint_kick wakes it (-1: none) */
+	int timer_fd;              /* timerfd: vbi_maint_kick_unless_quiet arms it
+				    * for the quiet time's end (-1: none) */
+	_Atomic uint64_t wake_at_ns; /* when timer_fd is armed for (CLOCK_MONOTONIC;
+				    * 0: not armed, or fired and taken): any
+				    * thread lowers it, the conductor clears it */
 	struct pollfd *maint_pfd;  /* its poll set (conductor thread) */
 	atomic_uint retiring;      /* lanes marked for retirement since the
 				    * conductor's last round (vbi_lane_retire

@@ -151,10 +151,11 @@ void vbi_maint_kick(struct vb_node *node);
  * switch of connection (vbi_ctx_quiet) and the node is not stopping (the
  * conductor's own test: maint_quiet): what a switch asks of the
  * conductor (retiring the old lane, warming a new standby) waits for the
- * window's end anyway, and its next round comes by then (maint_main);
- * woken now it would only take a CPU from the threads carrying the switch
- * (on a small machine it preempts them: docs/benchmarks.md, "A failover,
- * thread by thread"). Any thread. */
+ * window's end anyway: its timer is armed for that end instead (an idle
+ * conductor's rounds are up to 500 ms apart: maint_main); woken now it
+ * would only take a CPU from the threads carrying the switch (on a small
+ * machine it preempts them: docs/benchmarks.md, "A failover, thread by
+ * thread"). Any thread. */
 void vbi_maint_kick_unless_quiet(struct vb_node *node);
 /* Conductor thread: connect @p's primary lane @l (bound, in_setup) to
  * p->addr in steps, within 3 x cm_timeout_ms. p->setup says how it went:

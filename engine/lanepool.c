@@ -70,18 +70,24 @@ static struct vbi_qpool *pin(struct vbi_devres *dr)
 	return NULL;
 }
 
-void vbi_lanepool_refill(struct vb_ctx *ctx)
+int vbi_lanepool_refill(struct vb_ctx *ctx)
 {
+	int made = 0;
+
 	for (unsigned d = 0; d < ctx->ndev; d++) {
 		struct vbi_devres *dr = &ctx->dr[d];
 		struct vbi_qpool *p = pin(dr);
+		int rc;
 
 		if (!p)
 			continue;
-		if (vbi_qpool_refill(p) < 0)
+		if ((rc = vbi_qpool_refill(p)) < 0)
 			vbi_info("%s: QP pool not refilled: %s", dr->name, vbi_errmsg());
+		else
+			made += rc;
 		atomic_fetch_sub(&dr->nlanes, 1);
 	}
+	return made;
 }
 
 int vbi_lane_qp_get(struct vbi_lane *l, enum vb_qp_type mode)

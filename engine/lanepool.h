@@ -14,7 +14,9 @@
 #include "engine/engine.h"
 
 int vbi_lanepool_init(struct vb_ctx *ctx, struct vbi_devres *dr);
-void vbi_lanepool_refill(struct vb_ctx *ctx); /* maintenance thread */
+/* Refill every device's QP pool (vbi_qpool_refill). Returns how many QPs
+ * were made. Conductor thread. */
+int vbi_lanepool_refill(struct vb_ctx *ctx);
 void vbi_lanepool_close(struct vbi_devres *dr); /* device removed: parked QPs go */
 void vbi_lanepool_fini(struct vbi_devres *dr);
 void vbi_lanepool_stats(struct vb_ctx *ctx, vb_stats_t *st);

@@ -7,7 +7,10 @@
  * in progress) and those of the lanes it is connecting, then
  *   - runs the accept duty,
  *   - steps the connections it is setting up (build_step),
- *   - every 50 ms, or when kicked: drops accepted connections that sent no
+ *   - when kicked, or at its next round (50 ms after the last one while
+ *     something is pending; each round that finds nothing to do doubles
+ *     that, up to 500 ms, so that an idle node's conductor sleeps): drops
+ *     accepted connections that sent no
  *     HELLO in time, begins retiring old lanes (QP to ERR, drain marker),
  *     switches given-up peers to their backup node, reaps dead peers, and
  *     for every live peer warms a standby, starts a replacement lane after
@@ -34,6 +37,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,10 +76,52 @@ static bool maint_quiet(struct vb_node *node, uint64_t now)
 	return now < atomic_load(&node->ctx->quiet_until_ns) && !atomic_load(&node->stop);
 }
 
+static void timer_arm(struct vb_node *node, uint64_t at_ns)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(at_ns / 1000000000ull),
+						.tv_nsec = (long)(at_ns % 1000000000ull) } };
+
+	(void)timerfd_settime(node->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Have the conductor run a round by @at_ns (CLOCK_MONOTONIC) without
+ * waking it now: the earliest time asked for is the one armed. Any
+ * thread. */
+static void maint_wake_at(struct vb_node *node, uint64_t at_ns)
+{
+	uint64_t cur = atomic_load(&node->wake_at_ns);
+
+	if (node->timer_fd < 0) {
+		vbi_maint_kick(node);
+		return;
+	}
+	do {
+		if (cur && cur <= at_ns)
+			return; /* an earlier one is armed (or fired, not yet taken) */
+	} while (!atomic_compare_exchange_weak(&node->wake_at_ns, &cur, at_ns));
+	timer_arm(node, at_ns);
+	/* another thread may have lowered it after our exchange and armed
+	 * before us: the earliest is armed last */
+	while ((cur = atomic_load(&node->wake_at_ns)) && cur < at_ns) {
+		timer_arm(node, cur);
+		at_ns = cur;
+	}
+}
+
+/* Within the quiet time the work a switch leaves for the conductor waits
+ * for its end anyway: the conductor is not woken now (it would take the
+ * CPU from the threads carrying the switch: docs/benchmarks.md, "A
+ * failover, thread by thread"); its timer is armed for that end instead,
+ * in case it sleeps longer (an idle conductor's rounds are up to
+ * MAINT_IDLE_NS apart). */
 void vbi_maint_kick_unless_quiet(struct vb_node *node)
 {
+	uint64_t until = atomic_load(&node->ctx->quiet_until_ns);
+
 	if (!maint_quiet(node, vbi_mono_ns()))
 		vbi_maint_kick(node);
+	else
+		maint_wake_at(node, until);
 }
 
 /* Begin retiring the lanes marked so: peers' lanes and pending (unbound)
@@ -374,11 +420,15 @@ static void build_failed(struct vb_node *node, struct vbi_peer *p, int rc, uint8
 		 (unsigned long long)(back / 1000000), vbi_errmsg());
 }
 
-static void maint_peer(struct vb_node *node, struct vbi_peer *p)
+/* One live peer's round. Returns true while it needs the conductor's
+ * rounds to come at the busy pace: a lane missing (standby, replacement,
+ * probe), one being built or waiting for its HELLO, a probe lane, or a
+ * replaced standby not yet retired. */
+static bool maint_peer(struct vb_node *node, struct vbi_peer *p)
 {
 	struct vb_ctx *ctx = node->ctx;
 	uint64_t now, since;
-	bool need_lane, need_standby, need_probe, waiting_hello = false;
+	bool need_lane, need_standby, need_probe, waiting_hello = false, replaced = false, busy;
 	enum vb_qp_type mode;
 	struct vbi_lane *act;
 	int rc;
@@ -407,9 +457,11 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 				vbi_lane_retire(l);
 		}
 		/* a replaced standby no LANE frame came for */
-		if (l->replaced_ns && l != act && !vbi_lane_dead(l) &&
-		    now - l->replaced_ns > VBI_REPLACED_KEEP_NS)
-			vbi_lane_retire(l);
+		if (l->replaced_ns && l != act && !vbi_lane_dead(l)) {
+			replaced = true;
+			if (now - l->replaced_ns > VBI_REPLACED_KEEP_NS)
+				vbi_lane_retire(l);
+		}
 	}
 	vbi_mutex_unlock(&p->txlock);
 
@@ -420,14 +472,17 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		vbi_peer_pev_flush(p);
 		atomic_fetch_add(&ctx->st->path_downs, 1);
 		ctx->up->peer_failed(p, "no connection could be rebuilt in time");
-		return;
+		return true;
 	}
 	if (p->connector && !need_lane && mode != VB_QPT_RC)
 		maint_probe(node, p, now);
+	/* the accepting side waits for the connector's standby or probe */
+	busy = need_lane || waiting_hello || replaced || p->building || p->probe ||
+	       (p->connector && (need_standby || need_probe));
 	if (!p->connector || p->building || waiting_hello ||
 	    (!need_lane && !need_standby && !need_probe) || now < p->warm_after_ns ||
 	    atomic_load(&node->stop) || (!need_lane && maint_quiet(node, now)))
-		return;
+		return busy;
 	{
 		uint8_t role = need_lane ? VBI_LANE_REPLACE
 					 : need_probe ? VBI_LANE_PROBE : VBI_LANE_STANDBY;
@@ -437,6 +492,7 @@ static void maint_peer(struct vb_node *node, struct vbi_peer *p)
 		if (rc)
 			build_failed(node, p, rc, role);
 	}
+	return true;
 }
 
 /* ---- the connections the conductor sets up --------------------------------------------------- */
@@ -558,14 +614,21 @@ static unsigned builds_pollfds(struct vb_node *node, struct pollfd *pfd)
 
 /* ---- the conductor ---------------------------------------------------------------------------- */
 
-#define MAINT_ROUND_NS 50000000ull
+#define MAINT_ROUND_NS 50000000ull /* the next round while something is pending */
+#define MAINT_IDLE_NS 500000000ull /* at most this long between an idle node's rounds */
 
-/* The maintenance round (every 50 ms, or when kicked). */
-static void maint_round(struct vb_node *node)
+/* The maintenance round (when kicked, or at the time maint_main set).
+ * Returns true when something is pending that needs the next round soon
+ * (MAINT_ROUND_NS): accepted connections waiting for their HELLO, a
+ * switch to a backup node, peers being set up, given up or closing (to be
+ * reaped), QPs just made for the pool, the quiet time, or a live peer's
+ * (maint_peer). False: an idle node, whose next round may wait longer. */
+static bool maint_round(struct vb_node *node)
 {
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_peer *todo[VBI_MAX_PEERS];
 	unsigned n = 0;
+	bool busy = false;
 
 	/* maint_retire below sees every lane marked so far (also those
 	 * another thread destroys itself, or leaves for a later round) */
@@ -573,19 +636,26 @@ static void maint_round(struct vb_node *node)
 	ctx->up->node_pending_expire(node);
 	if (!maint_quiet(node, vbi_mono_ns())) {
 		maint_retire(node);
-		vbi_lanepool_refill(ctx); /* QPs ahead of demand, after the recycled ones */
+		/* QPs ahead of demand, after the recycled ones */
+		busy = vbi_lanepool_refill(ctx) > 0;
+	} else {
+		busy = true;
 	}
 	ctx->up->node_backup_step(node);
 	ctx->up->node_reap(node);
 	/* Peers are freed by vbi_node_reap, on this thread, above: the
 	 * snapshot stays valid until the next round. */
 	pthread_rwlock_rdlock(&node->lock);
+	busy = busy || node->pending || node->switches;
 	for (struct vbi_peer *p = node->peers; p && n < VBI_MAX_PEERS; p = p->next)
 		if (atomic_load(&p->up) && !atomic_load(&p->dead) && !atomic_load(&p->closing))
 			todo[n++] = p;
+		else
+			busy = true;
 	pthread_rwlock_unlock(&node->lock);
 	for (unsigned i = 0; i < n && !atomic_load(&node->stop); i++)
-		maint_peer(node, todo[i]);
+		busy = maint_peer(node, todo[i]) || busy;
+	return busy;
 }
 
 /* Wait for something to do: a wake-up, an accept or connection event, the
@@ -600,6 +670,7 @@ static bool conductor_wait(struct vb_node *node, uint64_t round_ns, int accept_m
 	nfds_t n = 0;
 
 	pfd[n++] = (struct pollfd){ .fd = node->wake_fd, .events = POLLIN };
+	pfd[n++] = (struct pollfd){ .fd = node->timer_fd, .events = POLLIN };
 	n += vbi_accept_pollfds(node, pfd + n);
 	n += builds_pollfds(node, pfd + n);
 	retiring = atomic_load(&node->retiring);
@@ -607,17 +678,22 @@ static bool conductor_wait(struct vb_node *node, uint64_t round_ns, int accept_m
 		timeout = retiring ? 0 : accept_ms;
 	if (node->drain && timeout > 1)
 		timeout = 1; /* the progress thread reaps their WRs meanwhile */
-	if (poll(pfd, n, timeout) > 0 && (pfd[0].revents & POLLIN)) {
-		(void)!read(node->wake_fd, &v, sizeof(v));
-		return true;
+	if (poll(pfd, n, timeout) <= 0)
+		return retiring != 0;
+	if (pfd[1].revents & POLLIN) {
+		/* cleared first: a time asked for from now on is armed again */
+		atomic_store(&node->wake_at_ns, 0);
+		(void)!read(node->timer_fd, &v, sizeof(v));
 	}
-	return retiring != 0;
+	if (pfd[0].revents & POLLIN)
+		(void)!read(node->wake_fd, &v, sizeof(v));
+	return retiring != 0 || (pfd[0].revents & POLLIN) || (pfd[1].revents & POLLIN);
 }
 
 static void *maint_main(void *arg)
 {
 	struct vb_node *node = arg;
-	uint64_t round_ns = 0;
+	uint64_t round_ns = 0, period = MAINT_ROUND_NS;
 	int accept_ms = 0;
 
 	vbi_lib_thread_enter();
@@ -634,8 +710,15 @@ static void *maint_main(void *arg)
 		if (kicked || now >= round_ns) {
 			uint64_t quiet = atomic_load(&node->ctx->quiet_until_ns);
 
-			maint_round(node);
-			round_ns = vbi_mono_ns() + MAINT_ROUND_NS;
+			/* idle rounds come further apart, up to MAINT_IDLE_NS:
+			 * whatever needs one sooner wakes it (vbi_maint_kick,
+			 * the timer of vbi_maint_kick_unless_quiet, its
+			 * descriptors) */
+			if (maint_round(node))
+				period = MAINT_ROUND_NS;
+			else if ((period *= 2) > MAINT_IDLE_NS)
+				period = MAINT_IDLE_NS;
+			round_ns = vbi_mono_ns() + period;
 			if (quiet > now && quiet < round_ns)
 				round_ns = quiet; /* what it left waits for this */
 		}
@@ -654,7 +737,7 @@ static void *maint_main(void *arg)
 
 int vbi_maint_start(struct vb_node *node)
 {
-	unsigned nfd = 1 + (node->accept ? vbi_accept_maxfds(node) : 0) + VBI_MAX_PEERS;
+	unsigned nfd = 2 + (node->accept ? vbi_accept_maxfds(node) : 0) + VBI_MAX_PEERS;
 	int rc;
 
 	node->maint_pfd = calloc(nfd, sizeof(*node->maint_pfd));
@@ -663,6 +746,11 @@ int vbi_maint_start(struct vb_node *node)
 	node->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (node->wake_fd < 0) {
 		rc = vbi_err(-errno, "conductor eventfd: %s", strerror(errno));
+		goto err;
+	}
+	node->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (node->timer_fd < 0) {
+		rc = vbi_err(-errno, "conductor timerfd: %s", strerror(errno));
 		goto err;
 	}
 	rc = -pthread_create(&node->maint_thread, NULL, maint_main, node);
@@ -693,6 +781,9 @@ void vbi_maint_fini(struct vb_node *node)
 	if (node->wake_fd >= 0)
 		close(node->wake_fd);
 	node->wake_fd = -1;
+	if (node->timer_fd >= 0)
+		close(node->timer_fd);
+	node->timer_fd = -1;
 	free(node->maint_pfd);
 	node->maint_pfd = NULL;
 }

@@ -201,6 +201,15 @@ static int poll_cq(struct vb_ctx *ctx, struct vbi_devres *dr)
  * memory stays: messages in retransmit windows live there), CQ, PD and the
  * device itself. Nothing is waited for here: it is tried again each round.
  */
+/* Wake every node's conductor. Progress context. */
+static void kick_conductors(struct vb_ctx *ctx)
+{
+	vbi_rcu_enter();
+	for (struct vb_node *n = vbi_rcu_deref(ctx->nodes); n; n = vbi_rcu_deref(n->next))
+		vbi_maint_kick(n);
+	vbi_rcu_leave();
+}
+
 static void dev_reap(struct vb_ctx *ctx)
 {
 	bool pending = false;
@@ -234,6 +243,9 @@ static void dev_reap(struct vb_ctx *ctx)
 				vbi_info("%s removed: waiting for %d connection(s) and %d listener(s) "
 					 "on it to close", dr->name, atomic_load(&dr->nlanes),
 					 atomic_load(&dr->nlisteners));
+				/* the conductors close the listeners (their accept
+				 * duty) and retire the lanes: an idle one sleeps */
+				kick_conductors(ctx);
 			}
 			pending = true;
 			continue;

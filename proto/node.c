@@ -343,6 +343,7 @@ int vbi_node_create(struct vb_ctx *ctx, const vb_node_attr_t *attr, struct vb_no
 		return vbi_err(-ENOMEM, "node");
 	node->ctx = ctx;
 	node->wake_fd = -1;
+	node->timer_fd = -1;
 	snprintf(node->name, sizeof(node->name), "%s", attr->name ? attr->name : "verbus");
 	while (!node->uid)
 		if (getrandom(&node->uid, sizeof(node->uid), 0) != sizeof(node->uid))
