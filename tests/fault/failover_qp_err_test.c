@@ -125,5 +125,11 @@ int main(void)
 	const struct CMUnitTest tests[] = { cmocka_unit_test(test_qp_err),
 					    cmocka_unit_test(test_quiet_after_switch) };
 
+	/* VBT_TEST_FILTER=NAME runs one case: the TSan build runs each case
+	 * in a process of its own (tests/CMakeLists.txt), since under TSan a
+	 * second fork in one process trips TSan itself (jemalloc's fork
+	 * handler takes more locks than its deadlock detector holds) */
+	if (getenv("VBT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("VBT_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
