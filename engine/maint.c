@@ -628,7 +628,7 @@ static bool maint_round(struct vb_node *node)
 	struct vb_ctx *ctx = node->ctx;
 	struct vbi_peer *todo[VBI_MAX_PEERS];
 	unsigned n = 0;
-	bool busy = false;
+	bool busy = true; /* within the quiet time: what it leaves comes at its end */
 
 	/* maint_retire below sees every lane marked so far (also those
 	 * another thread destroys itself, or leaves for a later round) */
@@ -638,8 +638,6 @@ static bool maint_round(struct vb_node *node)
 		maint_retire(node);
 		/* QPs ahead of demand, after the recycled ones */
 		busy = vbi_lanepool_refill(ctx) > 0;
-	} else {
-		busy = true;
 	}
 	ctx->up->node_backup_step(node);
 	ctx->up->node_reap(node);
