@@ -91,10 +91,8 @@ static void maint_wake_at(struct vb_node *node, uint64_t at_ns)
 {
 	uint64_t cur = atomic_load(&node->wake_at_ns);
 
-	if (node->timer_fd < 0) {
-		vbi_maint_kick(node);
-		return;
-	}
+	if (node->timer_fd < 0)
+		return; /* no conductor (nor wake_fd): nothing to wake */
 	do {
 		if (cur && cur <= at_ns)
 			return; /* an earlier one is armed (or fired, not yet taken) */
